@@ -1,0 +1,612 @@
+"""``DeltaLogCache``: a transformers ``Cache`` that keeps each linear-attention state as a dense base plus a log.
+
+Per linear-attention layer (shapes with named dims; ``C = M − 1`` log slots, ``M`` the merge interval)::
+
+    base       [B, HV, K, V] fp32   dense state at the last merge ([B, HV, V, K] when the backend stores it V-first)
+    log_decay  [B, HV]       fp32   cumulative log-decay ℓ̄ since that merge
+    k_log      [B, Hk, C, K] fp32   key-side factors (l2-normalised keys), one per key head (a GQA group shares them)
+    u_log      [B, HV, C, V] fp32   value-side factors u_t = β_t (v_t − S'ᵀ k̂_t)
+    decay_log  [B, HV, C]    fp32   ℓ̄ when each entry was written
+    length     [B]           int32  live entries L per row (a device tensor; never read on the decode path)
+
+The logical state is ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ`` (seed paper, Eq. 7; see
+:mod:`hf_deltalog.kernels.gdn.naive`). One-token decode steps append an entry, or merge the log into the base when
+it is full; prefill, chunked prefill and multi-token continuation run transformers' own recurrence on the
+materialised state and restart the log from the dense state it returns. Attention layers keep transformers'
+``DynamicLayer`` s.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.cache_utils import CacheLayerMixin, DynamicCache, LinearAttentionLayer
+
+from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
+from hf_deltalog.patches.registry import FamilySpec, _resolve, patch
+
+__all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+def _triton_decode() -> Callable | None:
+    """The Triton decode launcher, or None where triton (or the kernel module) is unavailable."""
+    try:
+        from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
+    except Exception:  # noqa: BLE001 - triton missing or unusable here: the torch backend serves
+        return None
+    return fused_deltalog_gdn_decode
+
+
+class DeltaLogState:
+    """What :meth:`DeltaLogCache.get_recurrent_state` hands the model instead of a dense tensor.
+
+    The patched recurrences (:mod:`hf_deltalog.patches`) recognise it and run the decode step on the layer's
+    DeltaLog buffers; :meth:`DeltaLogLayer.materialize` gives the dense state it stands for.
+    """
+
+    __slots__ = ("layer",)
+
+    def __init__(self, layer: DeltaLogLayer):
+        self.layer = layer
+
+    def recurrent(self, upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm, kwargs):
+        return self.layer._recurrent(upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm,
+                                     kwargs)
+
+    def dense_for(self, spec: FamilySpec, query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        self.layer._check_call(spec, query, value)
+        return self.layer.materialize()
+
+    def to(self, *args: Any, **kwargs: Any) -> DeltaLogState:
+        raise RuntimeError(
+            "a DeltaLogState reached a recurrence that hf_deltalog has not bound (was hf_deltalog.unpatch() called, or "
+            "is the model of a family DeltaLogCache does not support?); call hf_deltalog.patch() or use another cache"
+        )
+
+    def __repr__(self) -> str:
+        return f"DeltaLogState(layer={self.layer.layer_idx}, M={self.layer.merge_interval})"
+
+
+class DeltaLogLayer(LinearAttentionLayer):
+    """Cache layer of one linear-attention layer: transformers' conv state(s) plus the DeltaLog buffers.
+
+    Args:
+        spec: the model family (:data:`hf_deltalog.patches.FAMILIES`).
+        dims: ``(Hk, HV, K, V)``: key heads, value heads, key and value head dims.
+        merge_interval: ``M ≥ 1``; the log holds ``C = M − 1`` entries, ``M = 1`` is eager dense decoding.
+        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (resolved when the buffers are allocated).
+        layer_idx: the model layer this cache layer serves.
+        number_of_states: conv states of the layer (transformers' ``number_of_conv_states``).
+    """
+
+    # The decode step dispatches in Python on a handle object, and buffers are reallocated when a new batch is
+    # prefilled: not safe for torch.compile / CUDA graphs in this dynamic mode.
+    is_compileable = False
+
+    def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
+                 layer_idx: int, number_of_states: int = 1):
+        super().__init__(number_of_states=number_of_states)
+        self.spec = spec
+        self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
+        self.merge_interval = merge_interval
+        self.capacity = merge_interval - 1
+        self.requested_backend = backend
+        self.backend: str | None = None
+        self.state_v_first = False
+        self.layer_idx = layer_idx
+        self.handle = DeltaLogState(self)
+        self._names: tuple[str, ...] = ()
+        self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = None
+        self.counter = self.conv_ring = self.conv_pos = None
+        self._seen = 0  # tokens consumed (host counter; the mask sizes of pure linear-attention configs)
+        self._pending = 0  # tokens of the current forward seen by update_conv_state
+
+    # ------------------------------------------------------------------ buffers
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in self._names}
+
+    def _resolve_backend(self, device: torch.device) -> str:
+        kernel = _triton_decode()
+        on_gpu = device.type == "cuda"
+        if self.requested_backend == "torch":
+            return "torch"
+        if self.requested_backend == "triton":
+            if kernel is None:
+                raise ValueError("backend='triton' needs triton and hf_deltalog's Triton kernel; use backend='torch'")
+            if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+                raise ValueError(
+                    f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
+                    "triton is imported; use backend='torch' on the CPU"
+                )
+            return "triton"
+        return "triton" if (kernel is not None and on_gpu) else "torch"
+
+    def _allocate(self, batch: int, device: torch.device) -> None:
+        self.backend = self._resolve_backend(device)
+        self.state_v_first = False
+        Hk, HV, K, V, C = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim, self.capacity
+        f32 = dict(dtype=torch.float32, device=device)
+        conv = self.conv_states[0]
+        self.base = torch.zeros(batch, HV, K, V, **f32)
+        self.log_decay = torch.zeros(batch, HV, **f32)
+        self.k_log = torch.zeros(batch, Hk, C, K, **f32)
+        self.u_log = torch.zeros(batch, HV, C, V, **f32)
+        self.decay_log = torch.zeros(batch, HV, C, **f32)
+        self.length = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.counter = torch.zeros(batch, dtype=torch.int32, device=device)
+        # The last C + W pre-conv columns, so that `crop` can rebuild the conv window of any point inside the log.
+        self.conv_ring = torch.zeros(batch, C + self.conv_kernel_size[0], conv.shape[1], dtype=conv.dtype,
+                                     device=device)
+        self.conv_pos = torch.zeros(batch, dtype=torch.int64, device=device)
+        self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "counter", "conv_ring",
+                       "conv_pos")
+        for t in self._tensors().values():
+            torch._dynamo.mark_static_address(t)
+        self.is_recurrent_states_initialized[0] = True
+        self.device = device
+
+    @property
+    def batch_size(self) -> int:
+        return -1 if self.base is None else self.base.shape[0]
+
+    @property
+    def is_croppable(self) -> bool:
+        """Always: ``crop`` is exact inside the log window and raises beyond it (it never rolls back partially)."""
+        return True
+
+    # ------------------------------------------------------------------ transformers' layer API
+    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
+                          **kwargs) -> torch.Tensor:
+        current = self.conv_states[state_idx]
+        if self.has_previous_state[state_idx] and current is not None and current.shape[0] != conv_states.shape[0]:
+            raise ValueError(
+                f"DeltaLogCache layer {self.layer_idx} holds {current.shape[0]} rows but the model passed "
+                f"{conv_states.shape[0]}; call cache.reset() (or build a new DeltaLogCache) before a batch of another size"
+            )
+        if state_idx == 0:
+            self._pending += conv_states.shape[-1]
+        return super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
+                                         **kwargs)
+
+    def update_recurrent_state(self, recurrent_states: Any, state_idx: int = 0, **kwargs) -> Any:
+        """Take the dense state a prefill/continuation produced (restarting the log), or our own handle (no-op)."""
+        if state_idx != 0:
+            raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+        if isinstance(recurrent_states, DeltaLogState):
+            if recurrent_states is not self.handle:
+                raise ValueError(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
+            self._seen += self._pending or 1
+            self._pending = 0
+            return self.handle
+        if not isinstance(recurrent_states, torch.Tensor):
+            raise TypeError(f"recurrent state must be a tensor or a DeltaLogState; got {type(recurrent_states)}")
+        expected = (self.num_v_heads, self.k_head_dim, self.v_head_dim)
+        if recurrent_states.dim() != 4 or tuple(recurrent_states.shape[1:]) != expected:
+            raise ValueError(
+                f"layer {self.layer_idx}: the model produced a recurrent state of shape {tuple(recurrent_states.shape)}, "
+                f"but this DeltaLogCache was built for [B, HV, K, V] = [B, {', '.join(map(str, expected))}]: it belongs "
+                "to a model with another configuration"
+            )
+        batch = recurrent_states.shape[0]
+        if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device:
+            self._allocate(batch, recurrent_states.device)
+        self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
+        self.log_decay.zero_()
+        self.length.zero_()
+        self._seed_conv_ring()
+        self._seen += self._pending
+        self._pending = 0
+        return self.handle
+
+    def _seed_conv_ring(self) -> None:
+        """Put the current conv window (its last W columns) at ring positions 0..W−1."""
+        W = self.conv_kernel_size[0]
+        window = self.conv_states[0][..., -W:]  # [B, D, W]
+        self.conv_ring[:, :W].copy_(window.transpose(1, 2))
+        self.conv_pos.fill_(W - 1)
+
+    def _record_conv_column(self) -> None:
+        """Store the newest pre-conv column (the conv window's last) at ring position ``conv_pos + 1``."""
+        column = self.conv_states[0][..., -1]  # [B, D]
+        self.conv_pos.add_(1)
+        slot = (self.conv_pos % self.conv_ring.shape[1])[:, None, None].expand(-1, 1, column.shape[1])
+        self.conv_ring.scatter_(1, slot, column[:, None, :])
+
+    def _check_call(self, spec: FamilySpec, query: torch.Tensor, value: torch.Tensor) -> None:
+        if spec.model_type != self.spec.model_type:
+            raise ValueError(
+                f"this DeltaLogCache was built for model_type {self.spec.model_type!r} but is used by a "
+                f"{spec.model_type!r} model; build the cache from the model that uses it"
+            )
+        if self.base is None:
+            raise ValueError(f"layer {self.layer_idx} has no recurrent state yet (prefill did not complete)")
+        if (query.shape[2], query.shape[3], value.shape[2], value.shape[3]) != (
+            self.num_k_heads, self.k_head_dim, self.num_v_heads, self.v_head_dim
+        ):
+            raise ValueError(
+                f"layer {self.layer_idx}: q {tuple(query.shape)} / v {tuple(value.shape)} do not match the cache's "
+                f"Hk={self.num_k_heads}, K={self.k_head_dim}, HV={self.num_v_heads}, V={self.v_head_dim}: the cache "
+                "belongs to a model with another configuration"
+            )
+        if query.shape[0] != self.base.shape[0]:
+            raise ValueError(
+                f"layer {self.layer_idx}: the cache holds {self.base.shape[0]} rows but the model passed "
+                f"{query.shape[0]}; call cache.reset() (or build a new DeltaLogCache) before a batch of another size"
+            )
+
+    def _recurrent(self, upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm, kwargs):
+        self._check_call(spec, query, value)
+        if query.shape[1] != 1 or kwargs.get("cu_seqlens") is not None:
+            # Several tokens (or packed sequences): upstream's own recurrence on the logical state; the dense final
+            # state it returns comes back through update_recurrent_state and restarts the log.
+            return upstream(query, key, value, g=g, beta=beta, initial_state=self.materialize(),
+                            output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm, **kwargs)
+        self._record_conv_column()
+        buffers = (self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
+        if self.backend == "triton":
+            kernel = _triton_decode()
+            o = kernel(query, key, value, g, beta, *buffers, self.counter, use_qk_l2norm_in_kernel=use_qk_l2norm,
+                       state_v_first=self.state_v_first)
+        else:
+            o = naive_deltalog_gdn_decode(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=use_qk_l2norm,
+                                          state_v_first=self.state_v_first)
+        return o, self.handle
+
+    def materialize(self) -> torch.Tensor:
+        """The dense logical state ``[B, HV, K, V]`` fp32 (a new tensor, transformers' layout).
+
+        Raises:
+            ValueError: the layer holds no state yet.
+        """
+        if self.base is None or not self.has_previous_state[0]:
+            raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
+        return naive_deltalog_gdn_materialize(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log,
+                                              self.length, state_v_first=self.state_v_first)
+
+    # ------------------------------------------------------------------ batch-dim operations
+    def _map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor], in_place: bool) -> None:
+        for name, t in self._tensors().items():
+            if in_place:
+                t.copy_(fn(t))
+            else:
+                setattr(self, name, fn(t))
+        for i in range(self.number_of_states):
+            if self.is_conv_states_initialized[i]:
+                if in_place and not self.record_past:
+                    self.conv_states[i].copy_(fn(self.conv_states[i]))
+                else:
+                    self.conv_states[i] = fn(self.conv_states[i])
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Gather every per-row tensor (base, log, counters, conv states) by ``beam_idx`` ``[B]``, in place."""
+        idx = beam_idx.to(self.device) if self.device is not None else beam_idx
+        self._map_batch(lambda t: t.index_select(0, idx.to(t.device)), in_place=True)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times (``[B, ...]`` → ``[B·repeats, ...]``)."""
+        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0), in_place=False)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices``."""
+        self._map_batch(lambda t: t[indices.to(t.device)], in_place=False)
+
+    def reset(self) -> None:
+        """Zero every buffer (addresses kept) and forget the tokens; the next forward is a prefill."""
+        for i in range(self.number_of_states):
+            if self.is_conv_states_initialized[i]:
+                self.conv_states[i].zero_()
+            self.has_previous_state[i] = False
+        for t in self._tensors().values():
+            t.zero_()
+        self._seen = 0
+        self._pending = 0
+
+    def offload(self) -> None:
+        """Move conv states and DeltaLog buffers to the CPU (transformers' offloading)."""
+        for i in range(self.number_of_states):
+            if self.is_conv_states_initialized[i]:
+                self.conv_states[i] = self.conv_states[i].to("cpu", non_blocking=True)
+        for name, t in self._tensors().items():
+            setattr(self, name, t.to("cpu", non_blocking=True))
+
+    def prefetch(self) -> None:
+        """Bring offloaded tensors back to the layer's device."""
+        for i in range(self.number_of_states):
+            if self.is_conv_states_initialized[i] and self.conv_states[i].device != self.device:
+                self.conv_states[i] = self.conv_states[i].to(self.device, non_blocking=True)
+        for name, t in self._tensors().items():
+            if t.device != self.device:
+                setattr(self, name, t.to(self.device, non_blocking=True))
+
+    # ------------------------------------------------------------------ crop
+    def check_crop(self, tokens: int) -> None:
+        """Raise ValueError unless the last ``tokens`` tokens of every row are still in the log."""
+        if tokens == 0 or self.base is None:
+            return
+        if tokens > self._seen:
+            raise ValueError(f"cannot crop {tokens} tokens: layer {self.layer_idx} holds {self._seen}")
+        live = int(self.length.min())
+        if tokens > live:
+            raise ValueError(
+                f"cannot crop {tokens} tokens exactly: layer {self.layer_idx} keeps only its last {live} decoded "
+                f"tokens in the log (merge interval M={self.merge_interval}; the log restarts after every merge, "
+                "prefill and multi-token forward); older tokens are merged into the dense base"
+            )
+        if any(self.is_conv_states_initialized[i] for i in range(1, self.number_of_states)) and not self.record_past:
+            raise ValueError(
+                f"layer {self.layer_idx} has {self.number_of_states - 1} extra conv state(s) that only transformers' "
+                "past recording can roll back: call cache.activate_past_recording() before the tokens you may crop"
+            )
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last ``-tokens_to_remove`` tokens (transformers' negative-count convention), exactly.
+
+        Raises:
+            ValueError: a positive count, or tokens that are no longer in the log (see :meth:`check_crop`).
+        """
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes a negative number of tokens to remove; got {tokens_to_remove}")
+        n = -tokens_to_remove
+        self.check_crop(n)
+        if self.base is None:
+            return
+        W = self.conv_kernel_size[0]
+        if n > 0:
+            self.length.sub_(n)
+            last = (self.length.to(torch.int64) - 1).clamp(min=0)
+            snapshot = self.decay_log.gather(2, last[:, None, None].expand(-1, self.num_v_heads, 1))[..., 0]
+            self.log_decay.copy_(torch.where(self.length[:, None] > 0, snapshot, torch.zeros_like(snapshot)))
+            self.conv_pos.sub_(n)
+            self._seen -= n
+        # Rebuild the conv window (its last W columns) from the ring.
+        R = self.conv_ring.shape[1]
+        pos = (self.conv_pos[:, None] - (W - 1) + torch.arange(W, device=self.conv_pos.device)[None, :]) % R  # [B, W]
+        window = self.conv_ring.gather(1, pos[..., None].expand(-1, -1, self.conv_ring.shape[2])).transpose(1, 2)
+        if self.record_past:
+            self.conv_states[0] = window.contiguous()
+            for i in range(1, self.number_of_states):
+                if self.is_conv_states_initialized[i]:
+                    w_i = self.conv_kernel_size[i]
+                    hist = self.conv_states[i]
+                    self.conv_states[i] = hist[..., hist.shape[-1] - n - w_i: hist.shape[-1] - n]
+        else:
+            self.conv_states[0][..., -W:].copy_(window)
+
+
+def _config_of(model_or_config: Any) -> PretrainedConfig:
+    if isinstance(model_or_config, PreTrainedModel):
+        return model_or_config.config
+    if isinstance(model_or_config, PretrainedConfig):
+        return model_or_config
+    raise TypeError(
+        f"DeltaLogCache takes a transformers PreTrainedModel or PretrainedConfig; got {type(model_or_config).__name__}"
+    )
+
+
+def _check_merge_interval(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"merge_interval must be an integer >= 1 (or None for the default {default}); got {value!r}")
+    if value < 1:
+        raise ValueError(f"merge_interval must be an integer >= 1 (1 = eager dense decoding); got {value}")
+    return value
+
+
+class DeltaLogCache(DynamicCache):
+    """A transformers cache whose linear-attention layers keep a dense base plus a log of recent rank-1 updates.
+
+    Drop-in for ``generate``: ``model.generate(**inputs, past_key_values=DeltaLogCache(model))`` gives the tokens
+    the default cache gives. Attention layers are transformers' ``DynamicLayer`` s; each linear-attention layer is a
+    :class:`DeltaLogLayer`. Building the cache applies :func:`hf_deltalog.patch` to the model's family.
+
+    Args:
+        model_or_config: the model, or its config (a wrapper config resolves to its text config).
+        merge_interval: ``M ≥ 1`` (Default: the family's, 8 for GDN). ``M = 1`` is eager dense decoding.
+        backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
+
+    Raises:
+        TypeError: not a model/config, or a non-integer ``merge_interval``.
+        ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend.
+    """
+
+    def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto"):
+        config = _config_of(model_or_config).get_text_config(decoder=True)
+        model_type = getattr(config, "model_type", None)
+        try:
+            spec = _resolve(model_type)
+        except ValueError:
+            raise ValueError(
+                f"{model_type!r} models have no linear-attention layer that DeltaLogCache supports; supported "
+                f"model types: {', '.join(sorted(_supported()))}"
+            ) from None
+        layer_types = list(getattr(config, "layer_types", None) or [])
+        if "linear_attention" not in layer_types:
+            raise ValueError(
+                f"this {model_type!r} config has no 'linear_attention' layer (layer_types={layer_types}); "
+                "DeltaLogCache has nothing to serve"
+            )
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
+        self.backend = backend
+        self.model_type = spec.model_type
+        super().__init__(config=config)
+        dims = spec.dims(config)
+        for i, (layer, kind) in enumerate(zip(self.layers, layer_types)):
+            if kind == "linear_attention" and isinstance(layer, LinearAttentionLayer):
+                self.layers[i] = DeltaLogLayer(spec, dims, self.merge_interval, backend, layer_idx=i,
+                                               number_of_states=layer.number_of_states)
+        self._ledger: torch.Tensor | None = None
+        # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that
+        # recognises it and says so, not an upstream kernel.
+        patch()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def deltalog_layers(self) -> list[DeltaLogLayer]:
+        return [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
+
+    def _layer(self, layer_idx: int):
+        if not 0 <= layer_idx < len(self.layers):
+            raise ValueError(
+                f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} config "
+                f"with {len(self.layers)} layers; build the cache from the model that uses it"
+            )
+        return self.layers[layer_idx]
+
+    def _has_attention(self) -> bool:
+        return any(isinstance(layer, CacheLayerMixin) for layer in self.layers)
+
+    # ------------------------------------------------------------------ state access (what the models call)
+    def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
+        self._layer(layer_idx)
+        return super().get_conv_state(layer_idx, state_idx)
+
+    def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> DeltaLogState | torch.Tensor | None:
+        """The layer's :class:`DeltaLogState` once it holds a state (None before prefill)."""
+        layer = self._layer(layer_idx)
+        if isinstance(layer, DeltaLogLayer):
+            if state_idx != 0:
+                raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+            return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
+        return super().get_recurrent_state(layer_idx, state_idx)
+
+    def update_recurrent_state(self, recurrent_states: Any, layer_idx: int, state_idx: int = 0, **kwargs) -> Any:
+        self._layer(layer_idx)
+        return super().update_recurrent_state(recurrent_states, layer_idx, state_idx, **kwargs)
+
+    def materialize(self, layer_idx: int) -> torch.Tensor:
+        """Dense logical state of linear-attention layer ``layer_idx``: ``[B, HV, K, V]`` fp32 (a new tensor).
+
+        Raises:
+            ValueError: not a DeltaLog layer, or no state yet.
+        """
+        layer = self._layer(layer_idx)
+        if not isinstance(layer, DeltaLogLayer):
+            raise ValueError(f"layer {layer_idx} is a {type(layer).__name__}, not a linear-attention layer")
+        return layer.materialize()
+
+    def memory_footprint(self) -> int:
+        """Bytes held by every cache tensor: KV of attention layers, conv states, bases, logs and counters."""
+        seen: set[int] = set()
+        total = 0
+
+        def add(t: Any) -> None:
+            nonlocal total
+            if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+
+        for layer in self.layers:
+            for name in ("keys", "values", "indexer_keys"):
+                add(getattr(layer, name, None))
+            for t in getattr(layer, "conv_states", {}).values():
+                add(t)
+            if isinstance(layer, DeltaLogLayer):
+                for t in layer._tensors().values():
+                    add(t)
+        return total
+
+    # ------------------------------------------------------------------ lengths
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Tokens held. Hybrid configs ask their attention layers; pure linear-attention configs count tokens."""
+        if self._has_attention() or layer_idx >= len(self.layers):
+            return super().get_seq_length(layer_idx)
+        return self.deltalog_layers[0]._seen
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+        if self._has_attention() or layer_idx >= len(self.layers):
+            return super().get_mask_sizes(query_length, layer_idx)
+        return self.get_seq_length() + query_length, 0
+
+    # ------------------------------------------------------------------ batch and lifecycle
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last ``-tokens_to_remove`` tokens from every layer, exactly, or raise before changing anything.
+
+        Raises:
+            ValueError: a positive count (transformers' convention is a negative number of tokens to remove), or
+                tokens older than some layer's log window.
+        """
+        if isinstance(tokens_to_remove, bool) or not isinstance(tokens_to_remove, int):
+            raise TypeError(f"crop takes an int (a negative number of tokens to remove); got {tokens_to_remove!r}")
+        if tokens_to_remove > 0:
+            raise ValueError(
+                f"crop takes a negative number of tokens to remove (transformers' convention); got {tokens_to_remove}"
+            )
+        for layer in self.deltalog_layers:
+            layer.check_crop(-tokens_to_remove)
+        super().crop(tokens_to_remove)
+        if self._ledger is not None and tokens_to_remove < 0:
+            self._ledger = self._ledger[:, :tokens_to_remove]
+
+    def reset(self) -> None:
+        super().reset()
+        self._ledger = None
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        if self._ledger is not None:
+            self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        if self._ledger is not None:
+            self._ledger = self._ledger[indices.to(self._ledger.device)]
+
+    def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
+        """Called (through the patch) when ``generate`` starts on this cache with the ids it was given.
+
+        A cache that already holds tokens can only be continued: the same rows, and either the whole conversation
+        (ids that start with the tokens the cache consumed, checked when the cache last advanced through
+        ``generate``) or only the new tokens with an attention mask over cached and new ones. Otherwise: ValueError.
+        """
+        held = self.get_seq_length()
+        if held == 0 or input_ids is None:
+            return
+        rows = self.batch_size
+        if rows not in (-1, input_ids.shape[0]):
+            raise ValueError(
+                f"this DeltaLogCache holds {rows} rows but generate was given {input_ids.shape[0]}: it cannot continue "
+                "them. For a new batch call cache.reset() or build a new DeltaLogCache"
+            )
+        if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
+            if attention_mask.shape[1] != held + input_ids.shape[1]:
+                raise ValueError(
+                    f"the cache holds {held} tokens and {input_ids.shape[1]} new ones were passed, but the attention "
+                    f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
+                )
+            return  # only the new tokens were passed (transformers' convention)
+        if input_ids.shape[1] <= held:
+            raise ValueError(
+                f"this DeltaLogCache already holds {held} tokens; continuing it takes the whole conversation (those "
+                f"{held} tokens followed by new ones), but generate got {input_ids.shape[1]}. For an unrelated prompt "
+                "call cache.reset() or build a new DeltaLogCache"
+            )
+        ledger = self._ledger
+        if ledger is not None and ledger.shape == (input_ids.shape[0], held):
+            if not torch.equal(input_ids[:, :held].to(ledger.device), ledger):
+                raise ValueError(
+                    f"the first {held} input tokens differ from the {held} tokens this DeltaLogCache consumed, so it "
+                    "cannot continue them. For an unrelated prompt call cache.reset() or build a new DeltaLogCache"
+                )
+
+    def _after_generate(self, output: Any) -> None:
+        """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
+        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+        consumed = None if sequences is None else sequences[:, :-1]
+        if consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length()):
+            self._ledger = consumed
+        else:
+            self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later
+
+
+def _supported() -> list[str]:
+    from hf_deltalog.patches.registry import supported_model_types
+
+    return supported_model_types()

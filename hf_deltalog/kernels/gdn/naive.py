@@ -1,0 +1,284 @@
+"""Pure-PyTorch references for Gated DeltaNet (GDN) decoding: eager dense and DeltaLog.
+
+Notation (per value head; the state is key-major, ``S ∈ R^{K×V}``, as transformers keeps it):
+
+* eager recurrence (transformers' ``torch_recurrent_gated_delta_rule``, FLA's
+  ``naive_recurrent_gated_delta_rule``; Yang et al., *Gated Delta Networks*, Eq. 10)::
+
+      q̂ = l2norm(q) · K^-1/2,  k̂ = l2norm(k)              (l2norm(x) = x · rsqrt(Σx² + 1e-6))
+      S' = exp(g_t) · S_{t-1}                               (decay first)
+      u_t = β_t (v_t − S'ᵀ k̂_t)                            (delta-rule correction)
+      S_t = S' + k̂_t u_tᵀ                                  (rank-1 update)
+      o_t = S_tᵀ q̂_t                                       (read the updated state)
+
+* DeltaLog (the seed paper's Eq. 7): the logical state is a dense ``base`` plus the ``L ≤ C = M − 1``
+  most recent rank-1 updates, each stored with the cumulative log-decay ``Λ_i`` reached when it was
+  written; ``ℓ̄`` is the cumulative log-decay since the last merge::
+
+      S = exp(ℓ̄) · base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ
+
+  A decode step sets ``ℓ̄ ← ℓ̄ + g_t``, computes ``S'ᵀk̂`` and ``S'ᵀq̂`` from the base and the log without
+  materialising ``S'``, then *appends* ``(k̂_t, u_t, ℓ̄)`` when ``L < C`` or *merges* (writes ``S_t``
+  into the base, ``ℓ̄ ← 0``, ``L ← 0``) when ``L = C``. Every exponent is a difference
+  ``ℓ̄ − Λ_i ≤ 0`` of cumulative log-decays (for ``g ≤ 0``), so it can underflow to 0 but never overflow.
+  ``M = 1`` (``C = 0``) merges on every step and is eager dense decoding.
+
+GQA: key head ``h`` serves the ``G = HV // Hk`` consecutive value heads ``h·G … h·G + G − 1``
+(``repeat_interleave`` on the head dim, as transformers and FLA map them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "l2norm",
+    "naive_recurrent_gated_delta_rule",
+    "naive_deltalog_gdn_decode",
+    "naive_deltalog_gdn_materialize",
+]
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``x · rsqrt(Σ x² + eps)`` over the last dim, as transformers' ``l2norm`` (same dtype as ``x``)."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> None:
+    if q.dim() != 4 or k.shape != q.shape:
+        raise ValueError(f"q and k must both be [B, T, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    B, T, Hk, _ = q.shape
+    if v.dim() != 4 or v.shape[:2] != (B, T):
+        raise ValueError(f"v must be [B, T, HV, V] with B={B}, T={T}; got {tuple(v.shape)}")
+    HV = v.shape[2]
+    if HV % Hk != 0:
+        raise ValueError(f"the value heads HV={HV} must be a multiple of the key heads Hk={Hk} (GQA)")
+    for name, t in (("g", g), ("beta", beta)):
+        if t.shape != (B, T, HV):
+            raise ValueError(f"{name} must be [B, T, HV] = {(B, T, HV)}; got {tuple(t.shape)}")
+
+
+@torch.no_grad()
+def naive_recurrent_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eager dense GDN recurrence, token by token, vectorised over batch and heads.
+
+    Args:
+        q, k: ``[B, T, Hk, K]`` raw queries/keys, any float dtype.
+        v: ``[B, T, HV, V]``; ``HV`` a multiple of ``Hk``.
+        g: ``[B, T, HV]`` log-decay (≤ 0 for GDN), any float dtype.
+        beta: ``[B, T, HV]`` delta-rule step size.
+        scale: query scale. Default: ``K ** -0.5``.
+        initial_state: ``[B, HV, K, V]`` or None (zeros).
+        output_final_state: return the final state too.
+        use_qk_l2norm_in_kernel: l2-normalise q and k first (transformers always passes True).
+
+    Returns:
+        ``o`` ``[B, T, HV, V]`` in ``q.dtype`` and the final state ``[B, HV, K, V]`` (or None). Arithmetic is fp32,
+        or fp64 when any input is fp64 (use that as the high-precision reference).
+
+    Raises:
+        ValueError: on inconsistent shapes.
+    """
+    _check_heads(q, k, v, g, beta)
+    B, T, Hk, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    G = HV // Hk
+    dt = _compute_dtype(q, k, v, g, beta, *(() if initial_state is None else (initial_state,)))
+    scale = K**-0.5 if scale is None else scale
+    qf, kf = q.to(dt), k.to(dt)
+    if use_qk_l2norm_in_kernel:
+        qf, kf = l2norm(qf), l2norm(kf)
+    qf = (qf * scale).repeat_interleave(G, dim=2)
+    kf = kf.repeat_interleave(G, dim=2)
+    vf, gf, bf = v.to(dt), g.to(dt), beta.to(dt)
+    if initial_state is None:
+        S = torch.zeros(B, HV, K, V, dtype=dt, device=q.device)
+    else:
+        if initial_state.shape != (B, HV, K, V):
+            raise ValueError(f"initial_state must be [B, HV, K, V] = {(B, HV, K, V)}; got {tuple(initial_state.shape)}")
+        S = initial_state.to(dt).clone()
+    o = torch.empty(B, T, HV, V, dtype=dt, device=q.device)
+    for t in range(T):
+        S = S * gf[:, t].exp()[..., None, None]
+        u = bf[:, t, :, None] * (vf[:, t] - torch.einsum("bhkv,bhk->bhv", S, kf[:, t]))
+        S = S + kf[:, t, :, :, None] * u[:, :, None, :]
+        o[:, t] = torch.einsum("bhkv,bhk->bhv", S, qf[:, t])
+    return o.to(q.dtype), (S if output_final_state else None)
+
+
+def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first):
+    expect_base = (B, HV, V, K) if state_v_first else (B, HV, K, V)
+    if tuple(base.shape) != expect_base:
+        layout = "[B, HV, V, K]" if state_v_first else "[B, HV, K, V]"
+        raise ValueError(f"base must be {layout} = {expect_base}; got {tuple(base.shape)}")
+    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    checks = (
+        ("log_decay", log_decay, (B, HV)),
+        ("k_log", k_log, (B, Hk, C, K)),
+        ("u_log", u_log, (B, HV, C, V)),
+        ("decay_log", decay_log, (B, HV, C)),
+        ("length", length, (B,)),
+    )
+    for name, t, shape in checks:
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape} (B, Hk, HV, C, K, V from q/v/k_log); got {tuple(t.shape)}")
+    for name, t in (("base", base), ("log_decay", log_decay), ("k_log", k_log), ("u_log", u_log), ("decay_log", decay_log)):
+        if t.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name} must be float32 (or float64 for references); got {t.dtype}")
+    if length.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"length must be int32 or int64; got {length.dtype}")
+    return C
+
+
+def _replay_weights(
+    log_decay_now: torch.Tensor, decay_log: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, length: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``w[b, h, i] = exp(ℓ̄ − Λ_i)`` for live entries ``i < L[b]``, else 0 (``[B, HV, C]``), and ``k_log``/``u_log``
+    with the stale entries replaced by zeros, so that whatever a stale slot holds (even NaN) never reaches the output."""
+    C = decay_log.shape[-1]
+    live = (torch.arange(C, device=length.device)[None, :] < length[:, None].to(torch.int64))[:, None, :]  # [B, 1, C]
+    diff = torch.where(live, log_decay_now[..., None] - decay_log, torch.zeros_like(decay_log))
+    w = torch.where(live, diff.exp(), torch.zeros_like(decay_log))
+    k_live = torch.where(live[..., None], k_log, torch.zeros_like(k_log))
+    return w, k_live, torch.where(live[..., None], u_log, torch.zeros_like(u_log))
+
+
+@torch.no_grad()
+def naive_deltalog_gdn_materialize(
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    u_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    state_v_first: bool = False,
+) -> torch.Tensor:
+    """Dense logical state ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ`` (seed paper, Eq. 7).
+
+    Args:
+        base: ``[B, HV, K, V]`` fp32 (``[B, HV, V, K]`` when ``state_v_first``).
+        log_decay: ``[B, HV]`` fp32 cumulative log-decay ``ℓ̄`` since the last merge.
+        k_log: ``[B, Hk, C, K]`` fp32 key-side factors (l2-normalised keys), one per key head.
+        u_log: ``[B, HV, C, V]`` fp32 value-side factors ``u_i = β_i (v_i − S'ᵀ k̂_i)``.
+        decay_log: ``[B, HV, C]`` fp32 snapshots ``Λ_i`` of ``ℓ̄`` when entry ``i`` was written.
+        length: ``[B]`` int32/int64 live entries ``L`` per row (``0 ≤ L ≤ C``).
+        state_v_first: layout of ``base``.
+
+    Returns:
+        ``[B, HV, K, V]`` (transformers' layout, whatever ``state_v_first``) in ``base.dtype``; a new tensor.
+
+    Raises:
+        ValueError, TypeError: on inconsistent shapes or dtypes.
+    """
+    B, Hk, _, K = k_log.shape
+    HV, V = u_log.shape[1], u_log.shape[3]
+    _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
+    G = HV // Hk
+    base_kv = base.transpose(-1, -2) if state_v_first else base
+    w, k_live, u_live = _replay_weights(log_decay, decay_log, k_log, u_log, length)
+    k_hv = k_live.repeat_interleave(G, dim=1)  # [B, HV, C, K]
+    return log_decay.exp()[..., None, None] * base_kv + torch.einsum("bhc,bhck,bhcv->bhkv", w, k_hv, u_live)
+
+
+@torch.no_grad()
+def naive_deltalog_gdn_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    u_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = True,
+    state_v_first: bool = False,
+) -> torch.Tensor:
+    """One DeltaLog decode step for every row: replay, output, then append or merge (in place).
+
+    Computes exactly what :func:`naive_recurrent_gated_delta_rule` computes for ``T = 1`` from the logical state
+    of :func:`naive_deltalog_gdn_materialize`, without materialising it: ``S'ᵀk̂ = exp(ℓ̄')·baseᵀk̂ +
+    Σ_i exp(ℓ̄' − Λ_i)(K_i·k̂) U_i`` and likewise for ``q̂``, with ``ℓ̄' = ℓ̄ + g_t``. Then, per row: if ``L < C``
+    it writes entry ``L`` (``k̂``, ``u``, ``ℓ̄'``) and sets ``L ← L + 1``, ``ℓ̄ ← ℓ̄'``; if ``L = C`` (merge) it writes
+    ``S_t`` into the base, ``ℓ̄ ← 0`` and ``L ← 0``. Rows in different phases share a call; nothing is read
+    back to the host.
+
+    Args:
+        q, k: ``[B, 1, Hk, K]`` raw queries/keys (bf16, fp16, fp32 or fp64).
+        v: ``[B, 1, HV, V]``.
+        g: ``[B, 1, HV]`` log-decay (any float dtype; cast to the state dtype).
+        beta: ``[B, 1, HV]``.
+        base, log_decay, k_log, u_log, decay_log, length: the DeltaLog buffers, as in
+            :func:`naive_deltalog_gdn_materialize`; mutated in place. ``C = k_log.shape[2]`` (``M = C + 1``).
+        scale: query scale. Default: ``K ** -0.5``.
+        use_qk_l2norm_in_kernel: l2-normalise q and k (eps 1e-6) as transformers does.
+        state_v_first: ``base`` is ``[B, HV, V, K]``.
+
+    Returns:
+        ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
+
+    Raises:
+        ValueError, TypeError: on inconsistent shapes or dtypes.
+    """
+    _check_heads(q, k, v, g, beta)
+    B, T, Hk, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if T != 1:
+        raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
+    C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
+    G = HV // Hk
+    dt = base.dtype
+    scale = K**-0.5 if scale is None else scale
+
+    qf, kf = q[:, 0].to(dt), k[:, 0].to(dt)  # [B, Hk, K]
+    if use_qk_l2norm_in_kernel:
+        qf, kf = l2norm(qf), l2norm(kf)
+    qf = qf * scale
+    vf, gf, bf = v[:, 0].to(dt), g[:, 0].to(dt), beta[:, 0].to(dt)  # [B, HV, V], [B, HV], [B, HV]
+
+    base_kv = base.transpose(-1, -2) if state_v_first else base  # a view: writes reach `base`
+    ell = log_decay + gf  # ℓ̄' [B, HV]
+    a = ell.exp()
+    w, k_live, u_live = _replay_weights(ell, decay_log, k_log, u_log, length)  # [B, HV, C], ..., [B, HV, C, V]
+    # Replay coefficients per key head, shared by the G value heads of its group.
+    qK = torch.einsum("bhck,bhk->bhc", k_live, qf).repeat_interleave(G, dim=1)  # [B, HV, C]
+    kK = torch.einsum("bhck,bhk->bhc", k_live, kf).repeat_interleave(G, dim=1)
+    q_hv, k_hv = qf.repeat_interleave(G, dim=1), kf.repeat_interleave(G, dim=1)  # [B, HV, K]
+
+    Sk = a[..., None] * torch.einsum("bhkv,bhk->bhv", base_kv, k_hv) + torch.einsum("bhc,bhcv->bhv", w * kK, u_live)
+    u = bf[..., None] * (vf - Sk)  # [B, HV, V]
+    Sq = a[..., None] * torch.einsum("bhkv,bhk->bhv", base_kv, q_hv) + torch.einsum("bhc,bhcv->bhv", w * qK, u_live)
+    o = Sq + (q_hv * k_hv).sum(-1, keepdim=True) * u
+
+    merge = length.to(torch.int64) >= C  # [B]
+    # Merge rows: S_t = exp(ℓ̄')·base + Σ_i w_i K_i U_iᵀ + k̂ uᵀ becomes the new base.
+    k_log_hv = k_live.repeat_interleave(G, dim=1)
+    S_t = a[..., None, None] * base_kv + torch.einsum("bhc,bhck,bhcv->bhkv", w, k_log_hv, u_live)
+    S_t = S_t + k_hv[..., None] * u[..., None, :]
+    base_kv.copy_(torch.where(merge[:, None, None, None], S_t, base_kv))
+    if C > 0:
+        # Append rows: write entry L (a one-hot over the C slots; merge rows write nothing).
+        slot = (torch.arange(C, device=length.device)[None, :] == length[:, None].to(torch.int64)) & ~merge[:, None]
+        k_log.copy_(torch.where(slot[:, None, :, None], kf[:, :, None, :], k_log))
+        u_log.copy_(torch.where(slot[:, None, :, None], u[:, :, None, :], u_log))
+        decay_log.copy_(torch.where(slot[:, None, :], ell[..., None], decay_log))
+    log_decay.copy_(torch.where(merge[:, None], torch.zeros_like(ell), ell))
+    length.copy_(torch.where(merge, torch.zeros_like(length), length + 1))
+    return o[:, None].to(q.dtype)

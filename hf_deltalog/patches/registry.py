@@ -1,0 +1,246 @@
+"""Which transformers families DeltaLog binds, and the idempotent, revertible patch that binds them."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = [
+    "FAMILIES",
+    "FamilySpec",
+    "is_patched",
+    "patch",
+    "patched_families",
+    "supported_model_types",
+    "unpatch",
+]
+
+
+def _gdn_dims(config: Any) -> tuple[int, int, int, int]:
+    """``(Hk, HV, K, V)`` of a GDN layer from its text config (the fields every GDN family reads)."""
+    return (
+        int(config.linear_num_key_heads),
+        int(config.linear_num_value_heads),
+        int(config.linear_key_head_dim),
+        int(config.linear_value_head_dim),
+    )
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One transformers model family whose linear-attention layers DeltaLog serves.
+
+    Attributes:
+        model_type: the text config's ``model_type`` (e.g. ``"qwen3_5_text"``).
+        module: the modeling module that holds the recurrences as module globals.
+        operator: the recurrence (``"gdn"``).
+        recurrent: name of the one-token recurrence global in ``module``.
+        chunk: name of the multi-token recurrence global in ``module``.
+        dims: ``config -> (Hk, HV, K, V)``.
+        default_merge_interval: ``M`` when the user gives none.
+    """
+
+    model_type: str
+    module: str
+    operator: str
+    recurrent: str
+    chunk: str
+    dims: Callable[[Any], tuple[int, int, int, int]]
+    default_merge_interval: int
+
+
+def _gdn(model_type: str, package: str) -> FamilySpec:
+    return FamilySpec(
+        model_type=model_type,
+        module=f"transformers.models.{package}.modeling_{package}",
+        operator="gdn",
+        recurrent="torch_recurrent_gated_delta_rule",
+        chunk="torch_chunk_gated_delta_rule",
+        dims=_gdn_dims,
+        default_merge_interval=8,
+    )
+
+
+FAMILIES: dict[str, FamilySpec] = {
+    spec.model_type: spec
+    for spec in (
+        _gdn("qwen3_next", "qwen3_next"),
+        _gdn("qwen3_5_text", "qwen3_5"),
+        _gdn("qwen3_5_moe_text", "qwen3_5_moe"),
+        _gdn("qwen4_exp_text", "qwen4_exp"),
+        _gdn("olmo_hybrid", "olmo_hybrid"),
+    )
+}
+# Wrapper configs (vision-language) whose text config is one of the above.
+_WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "qwen4_exp": "qwen4_exp_text"}
+
+_LOCK = threading.RLock()
+# model_type -> {global name: upstream function}; present iff the family is patched.
+_ORIGINALS: dict[str, dict[str, Callable]] = {}
+_GENERATION_ORIGINAL: dict[str, Callable] = {}
+
+
+def supported_model_types() -> list[str]:
+    """The text-config ``model_type`` values DeltaLogCache serves (wrapper configs resolve to these)."""
+    return sorted(FAMILIES)
+
+
+def _resolve(model_type: str) -> FamilySpec:
+    spec = FAMILIES.get(_WRAPPERS.get(model_type, model_type))
+    if spec is None:
+        raise ValueError(
+            f"model_type {model_type!r} has no DeltaLog binding; supported: {', '.join(supported_model_types())}"
+        )
+    return spec
+
+
+def _import_family(spec: FamilySpec):
+    import transformers
+
+    try:
+        module = importlib.import_module(spec.module)
+    except ImportError as err:
+        raise ImportError(
+            f"hf_deltalog cannot import {spec.module} for {spec.model_type!r} with transformers "
+            f"{transformers.__version__}: {err}. hf_deltalog is tested with the range in its pyproject.toml."
+        ) from err
+    for name in (spec.recurrent, spec.chunk):
+        if not callable(getattr(module, name, None)):
+            raise RuntimeError(
+                f"{spec.module}.{name} no longer exists in transformers {transformers.__version__}; hf_deltalog binds "
+                f"the decode step of {spec.model_type!r} there. Use a transformers version in hf_deltalog's tested range."
+            )
+    return module
+
+
+def _recurrent_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
+    @functools.wraps(upstream)
+    def deltalog_recurrent(query, key, value, g=None, beta=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, **kwargs):
+        from hf_deltalog.cache import DeltaLogState
+
+        if isinstance(initial_state, DeltaLogState):
+            return initial_state.recurrent(
+                upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm_in_kernel, kwargs
+            )
+        return upstream(query, key, value, g=g, beta=beta, initial_state=initial_state,
+                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, **kwargs)
+
+    deltalog_recurrent.__deltalog_upstream__ = upstream
+    return deltalog_recurrent
+
+
+def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
+    @functools.wraps(upstream)
+    def deltalog_chunk(query, key, value, g=None, beta=None, initial_state=None, output_final_state=False,
+                       use_qk_l2norm_in_kernel=False, **kwargs):
+        from hf_deltalog.cache import DeltaLogState
+
+        if isinstance(initial_state, DeltaLogState):
+            initial_state = initial_state.dense_for(spec, query, value)
+        return upstream(query, key, value, g=g, beta=beta, initial_state=initial_state,
+                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, **kwargs)
+
+    deltalog_chunk.__deltalog_upstream__ = upstream
+    return deltalog_chunk
+
+
+def _generation_dispatcher(upstream: Callable) -> Callable:
+    @functools.wraps(upstream)
+    def generate(self, inputs=None, *args, **kwargs):
+        from hf_deltalog.cache import DeltaLogCache
+
+        cache = kwargs.get("cache", kwargs.get("past_key_values", kwargs.get("cache_params")))
+        if not isinstance(cache, DeltaLogCache):
+            return upstream(self, inputs, *args, **kwargs)
+        cache._before_generate(inputs if inputs is not None else kwargs.get("input_ids"), kwargs.get("attention_mask"))
+        out = upstream(self, inputs, *args, **kwargs)
+        cache._after_generate(out)
+        return out
+
+    generate.__deltalog_upstream__ = upstream
+    return generate
+
+
+def _patch_generation() -> None:
+    """Wrap ``GenerationMixin.generate`` so a DeltaLogCache can check that a generate call continues what it holds."""
+    from transformers.generation.utils import GenerationMixin
+
+    if "generate" in _GENERATION_ORIGINAL:
+        return
+    upstream = GenerationMixin.__dict__.get("generate")
+    if upstream is None:
+        import transformers
+
+        raise RuntimeError(
+            f"GenerationMixin.generate is missing in transformers {transformers.__version__}; "
+            "use a transformers version in hf_deltalog's tested range."
+        )
+    _GENERATION_ORIGINAL["generate"] = upstream
+    GenerationMixin.generate = _generation_dispatcher(upstream)
+
+
+def patch(model_types: str | list[str] | None = None) -> list[str]:
+    """Bind the DeltaLog decode path into the given families (default: every supported family).
+
+    Idempotent: a family already patched is left as it is. Models used with any other cache keep running the
+    upstream functions with unchanged arguments.
+
+    Args:
+        model_types: text-config ``model_type`` names (or their wrapper names, e.g. ``"qwen3_5"``); None for all.
+
+    Returns:
+        The model types that are patched after the call.
+
+    Raises:
+        ValueError: an unknown model type. ImportError / RuntimeError: the installed transformers lacks a module or
+        a function the binding needs (the message names the transformers version).
+    """
+    if model_types is None:
+        specs = list(FAMILIES.values())
+    else:
+        names = [model_types] if isinstance(model_types, str) else list(model_types)
+        specs = [_resolve(name) for name in names]
+    with _LOCK:
+        for spec in specs:
+            if spec.model_type in _ORIGINALS:
+                continue
+            module = _import_family(spec)
+            originals = {spec.recurrent: getattr(module, spec.recurrent), spec.chunk: getattr(module, spec.chunk)}
+            setattr(module, spec.recurrent, _recurrent_dispatcher(originals[spec.recurrent], spec))
+            setattr(module, spec.chunk, _chunk_dispatcher(originals[spec.chunk], spec))
+            _ORIGINALS[spec.model_type] = originals
+        _patch_generation()
+        return patched_families()
+
+
+def unpatch() -> None:
+    """Restore every upstream function that :func:`patch` replaced. Idempotent.
+
+    A :class:`~hf_deltalog.DeltaLogCache` built afterwards patches again; one built before cannot be used for decoding
+    until then (its handle reaches the upstream kernel, which rejects it with a TypeError).
+    """
+    with _LOCK:
+        for model_type, originals in list(_ORIGINALS.items()):
+            module = importlib.import_module(FAMILIES[model_type].module)
+            for name, fn in originals.items():
+                setattr(module, name, fn)
+            del _ORIGINALS[model_type]
+        upstream = _GENERATION_ORIGINAL.pop("generate", None)
+        if upstream is not None:
+            from transformers.generation.utils import GenerationMixin
+
+            GenerationMixin.generate = upstream
+
+
+def is_patched(model_type: str) -> bool:
+    """Whether the family of ``model_type`` (text or wrapper name) currently runs the DeltaLog binding."""
+    return _resolve(model_type).model_type in _ORIGINALS
+
+
+def patched_families() -> list[str]:
+    """The text-config model types currently patched."""
+    return sorted(_ORIGINALS)

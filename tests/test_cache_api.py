@@ -1,0 +1,299 @@
+"""DeltaLogCache's Cache API: lifecycle, batch operations, crop, lengths, memory, and errors on bad input."""
+
+import pytest
+import torch
+import transformers
+from transformers import DynamicCache
+from utils import GDN, GDN_FAMILIES, family_config, max_abs, prompt_ids, rel_err, tiny_model
+
+from hf_deltalog import DeltaLogCache, DeltaLogLayer
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def forward(model, ids, cache):
+    with torch.no_grad():
+        return model(ids, cache=cache, use_cache=True).logits
+
+
+def decode(model, cache, first, steps):
+    """Feed `steps` greedy tokens starting after logits `first`; returns the stacked logits of each step."""
+    logits, nxt = [], first[:, -1:].argmax(-1)
+    for _ in range(steps):
+        out = forward(model, nxt, cache)
+        logits.append(out)
+        nxt = out[:, -1:].argmax(-1)
+    return torch.cat(logits, dim=1)
+
+
+# ---------------------------------------------------------------------------------------------- construction
+def test_built_from_model_config_or_wrapper_config():
+    model = tiny_model("qwen3_5")
+    for source in (model, model.config):
+        cache = DeltaLogCache(source)
+        kinds = [type(layer).__name__ for layer in cache.layers]
+        assert kinds == ["DeltaLogLayer", "DynamicLayer", "DeltaLogLayer", "DynamicLayer"]
+    wrapper = transformers.Qwen3_5Config(text_config=family_config("qwen3_5").to_dict())
+    assert DeltaLogCache(wrapper, merge_interval=2).model_type == "qwen3_5_text"
+
+
+def test_layer_dims_and_default_merge_interval():
+    cache = DeltaLogCache(tiny_model("qwen3_next"))
+    layer = cache.layers[0]
+    assert isinstance(layer, DeltaLogLayer) and cache.merge_interval == 8 and layer.capacity == 7
+    assert (layer.num_k_heads, layer.num_v_heads, layer.k_head_dim, layer.v_head_dim) == (
+        GDN["linear_num_key_heads"], GDN["linear_num_value_heads"], GDN["linear_key_head_dim"],
+        GDN["linear_value_head_dim"])
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_merge_interval_below_one(bad):
+    with pytest.raises(ValueError, match="merge_interval must be an integer >= 1"):
+        DeltaLogCache(tiny_model("qwen3_5"), merge_interval=bad)
+
+
+@pytest.mark.parametrize("bad", ["8", 2.5, True])
+def test_merge_interval_not_an_integer(bad):
+    with pytest.raises(TypeError, match="merge_interval must be an integer >= 1"):
+        DeltaLogCache(tiny_model("qwen3_5"), merge_interval=bad)
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'torch', 'triton'\)"):
+        DeltaLogCache(tiny_model("qwen3_5"), backend="cuda")
+
+
+def test_model_without_supported_linear_attention():
+    llama = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2)
+    with pytest.raises(ValueError, match="'llama' models have no linear-attention layer that DeltaLogCache supports"):
+        DeltaLogCache(llama)
+    attention_only = family_config("qwen3_5", layer_types=["full_attention"] * 4)
+    with pytest.raises(ValueError, match="no 'linear_attention' layer"):
+        DeltaLogCache(attention_only)
+    with pytest.raises(TypeError, match="takes a transformers PreTrainedModel or PretrainedConfig"):
+        DeltaLogCache({"model_type": "qwen3_5_text"})
+
+
+def test_cache_of_another_model_is_rejected():
+    ids = prompt_ids(2, 5)
+    # Another family with the same shapes.
+    with pytest.raises(ValueError, match="built for model_type 'qwen3_5_text' but is used by a 'olmo_hybrid' model"):
+        cache = DeltaLogCache(tiny_model("qwen3_5"))
+        model = tiny_model("olmo_hybrid")
+        forward(model, ids, cache)
+        forward(model, ids[:, :1], cache)
+    # Same family, other head dims: caught at the prefill's state hand-over.
+    other = family_config("qwen3_5", linear_value_head_dim=32)
+    with pytest.raises(ValueError, match="belongs to a model with another configuration"):
+        forward(tiny_model("qwen3_5"), ids, DeltaLogCache(other))
+    # Same family, fewer layers.
+    short = family_config("qwen3_5", num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
+    with pytest.raises(ValueError, match="layer 2 does not exist"):
+        forward(tiny_model("qwen3_5"), ids, DeltaLogCache(short))
+
+
+def test_batch_size_mismatch():
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    forward(model, prompt_ids(2, 5), cache)
+    with pytest.raises(ValueError, match="holds 2 rows but the model passed 3"):
+        forward(model, prompt_ids(3, 4), cache)
+    with pytest.raises(ValueError, match="holds 2 rows but generate was given 3"):
+        model.generate(prompt_ids(3, 9), cache=cache, max_new_tokens=2)
+
+
+# ---------------------------------------------------------------------------------------------- reuse
+def test_second_generate_continues_or_raises():
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    first = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=6, do_sample=False)
+    held = cache.get_seq_length()
+    assert held == first.shape[1] - 1
+    unrelated = prompt_ids(2, held + 3, seed=99)
+    with pytest.raises(ValueError, match="differ from the .* tokens this DeltaLogCache consumed"):
+        model.generate(unrelated, cache=cache, max_new_tokens=2)
+    with pytest.raises(ValueError, match="continuing it takes the whole conversation"):
+        model.generate(prompt_ids(2, 4, seed=98), cache=cache, max_new_tokens=2)
+    assert cache.get_seq_length() == held  # nothing was consumed by the refused calls
+    # After reset the same object serves the unrelated prompt exactly like a fresh cache.
+    cache.reset()
+    again = model.generate(unrelated, cache=cache, max_new_tokens=6, do_sample=False)
+    fresh = model.generate(unrelated, cache=DeltaLogCache(model), max_new_tokens=6, do_sample=False)
+    assert torch.equal(again, fresh)
+
+
+def test_continuation_with_only_the_new_tokens():
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(1, 6)
+    cache, dense = DeltaLogCache(model), DynamicCache(config=model.config)
+    for c in (cache, dense):
+        model.generate(ids, cache=c, max_new_tokens=4, do_sample=False)
+    new = prompt_ids(1, 3, seed=5)
+    mask = torch.ones(1, cache.get_seq_length() + 3, dtype=torch.long)
+    out = model.generate(new, attention_mask=mask, cache=cache, max_new_tokens=5, do_sample=False)
+    ref = model.generate(new, attention_mask=mask, cache=dense, max_new_tokens=5, do_sample=False)
+    assert torch.equal(out, ref)
+
+
+# ---------------------------------------------------------------------------------------------- lengths
+def test_seq_length_and_mask_sizes_hybrid():
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    assert cache.get_seq_length() == 0
+    forward(model, prompt_ids(2, 5), cache)
+    forward(model, prompt_ids(2, 1), cache)
+    assert cache.get_seq_length() == 6 and cache.get_mask_sizes(1, 0) == (7, 0)
+
+
+def test_pure_linear_attention_config():
+    """No attention layer: the cache counts tokens itself, and generate runs (upstream's DynamicCache cannot)."""
+    cfg = family_config("qwen3_5", num_hidden_layers=2, layer_types=["linear_attention"] * 2)
+    torch.manual_seed(0)
+    model = transformers.Qwen3_5ForCausalLM(cfg).eval()
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model, merge_interval=3)
+    with torch.no_grad():
+        out = model.generate(ids, cache=cache, max_new_tokens=8, do_sample=False)
+        full = model(out, use_cache=False).logits  # upstream's own DynamicCache rejects this config
+        assert cache.get_seq_length() == 12 and cache.get_mask_sizes(1, 0) == (13, 0)
+        # Teacher-forced check: each generated token is the argmax of the full forward at its position.
+        assert torch.equal(full[:, 4:-1].argmax(-1), out[:, 5:])
+
+
+# ---------------------------------------------------------------------------------------------- batch ops
+def test_reorder_cache_gathers_everything():
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(3, 5)
+    cache = DeltaLogCache(model, merge_interval=4)
+    first = forward(model, ids, cache)
+    decode(model, cache, first, 2)  # two entries in the log
+    before = [cache.materialize(i) for i in (0, 2)]
+    beam_idx = torch.tensor([2, 0, 0])
+    cache.reorder_cache(beam_idx)
+    for i, S in zip((0, 2), before):
+        assert torch.equal(cache.materialize(i), S[beam_idx])
+    # Continuing after the reorder equals a cache that saw the reordered rows from the start.
+    ref = DeltaLogCache(model, merge_interval=4)
+    decode(model, ref, forward(model, ids, ref), 2)
+    ref.reorder_cache(beam_idx)
+    nxt = prompt_ids(3, 1, seed=3)
+    assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) == 0
+
+
+def test_batch_repeat_interleave_and_select_indices():
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model, merge_interval=4)
+    first = forward(model, ids, cache)
+    decode(model, cache, first, 2)
+    S = cache.materialize(0)
+    cache.batch_repeat_interleave(2)
+    assert torch.equal(cache.materialize(0), S.repeat_interleave(2, dim=0)) and cache.batch_size == 4
+    nxt = prompt_ids(4, 1, seed=4)
+    repeated = forward(model, nxt, cache)
+    cache.batch_select_indices(torch.tensor([1, 2]))
+    assert cache.batch_size == 2
+    # Rows 1 and 2 of the repeated batch are rows 0 and 1 of the original, each fed nxt[1] / nxt[2].
+    ref = DeltaLogCache(model, merge_interval=4)
+    decode(model, ref, forward(model, ids, ref), 2)
+    ref_logits = forward(model, nxt[1:3], ref)
+    assert max_abs(repeated[1:3], ref_logits) <= 1e-5
+    last = prompt_ids(2, 1, seed=5)
+    assert max_abs(forward(model, last, cache), forward(model, last, ref)) <= 1e-5
+
+
+def test_reset_keeps_buffers_and_forgets_state():
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model)
+    forward(model, ids, cache)
+    pointers = [layer.base.data_ptr() for layer in cache.deltalog_layers]
+    cache.reset()
+    assert cache.get_recurrent_state(0) is None and cache.get_seq_length() == 0
+    assert max_abs(forward(model, ids, cache), forward(model, ids, DeltaLogCache(model))) == 0
+    assert [layer.base.data_ptr() for layer in cache.deltalog_layers] == pointers
+
+
+def test_decode_keeps_buffer_addresses():
+    """Decode updates base and log in place (stable addresses, as CUDA graphs need)."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, merge_interval=2)
+    first = forward(model, prompt_ids(2, 5), cache)
+    layer = cache.deltalog_layers[0]
+    before = {name: t.data_ptr() for name, t in layer._tensors().items()}
+    decode(model, cache, first, 5)
+    assert {name: t.data_ptr() for name, t in layer._tensors().items()} == before
+
+
+# ---------------------------------------------------------------------------------------------- crop
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_crop_inside_the_log_is_exact(family):
+    model = tiny_model(family)
+    ids = prompt_ids(2, 8)
+    cache = DeltaLogCache(model, merge_interval=8)
+    first = forward(model, ids, cache)
+    decode(model, cache, first, 5)  # 5 entries in the log
+    cache.crop(-3)
+    assert cache.get_seq_length() == 10
+    assert [int(layer.length[0]) for layer in cache.deltalog_layers] == [2, 2]
+    # Reference: a fresh cache fed the same 10 tokens.
+    ref = DeltaLogCache(model, merge_interval=8)
+    first_ref = forward(model, ids, ref)
+    decode(model, ref, first_ref, 2)
+    for i in (0, 2):
+        assert rel_err(cache.materialize(i), ref.materialize(i)) <= 1e-6
+    nxt = prompt_ids(2, 1, seed=7)
+    assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) <= 1e-5
+    cache.crop(0)  # a no-op
+    assert cache.get_seq_length() == 11
+
+
+def test_crop_beyond_the_log_raises_and_changes_nothing():
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, merge_interval=4)
+    first = forward(model, prompt_ids(2, 8), cache)
+    decode(model, cache, first, 5)  # 5 steps at M = 4: a merge after the 4th, one entry left
+    states = [cache.materialize(i) for i in (0, 2)]
+    with pytest.raises(ValueError, match="keeps only its last 1 decoded tokens in the log"):
+        cache.crop(-2)
+    assert cache.get_seq_length() == 13 and all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
+    with pytest.raises(ValueError, match="negative number of tokens"):
+        cache.crop(5)
+    with pytest.raises(ValueError, match="cannot crop 20 tokens: layer 0 holds 13"):
+        cache.crop(-20)
+
+
+# ---------------------------------------------------------------------------------------------- state and memory
+def test_materialize_and_dtype_contract_with_a_bf16_model():
+    model = tiny_model("qwen3_5", torch.bfloat16)
+    ids = prompt_ids(2, 5)
+    cache, dense = DeltaLogCache(model, merge_interval=4), DynamicCache(config=model.config)
+    decode(model, cache, forward(model, ids, cache), 3)
+    decode(model, dense, forward(model, ids, dense), 3)
+    S = cache.materialize(0)
+    assert S.shape == (2, 4, 8, 16) and S.dtype == torch.float32
+    assert rel_err(S, dense.layers[0].recurrent_states[0]) <= 1e-5
+    with pytest.raises(ValueError, match="layer 1 is a DynamicLayer, not a linear-attention layer"):
+        cache.materialize(1)
+    with pytest.raises(ValueError, match="holds no state yet"):
+        DeltaLogCache(model).materialize(0)
+
+
+def test_memory_footprint_counts_every_buffer():
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, merge_interval=8)
+    assert cache.memory_footprint() == 0
+    forward(model, prompt_ids(2, 5), cache)
+    B, Hk, HV, K, V, C = 2, 2, 4, 8, 16, 7
+    conv_dim, W = 2 * Hk * K + HV * V, 4
+    per_linear = 4 * (B * HV * K * V + B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B + 4 * B \
+        + 4 * B * (C + W) * conv_dim + 8 * B + 4 * B * conv_dim * W
+    per_attention = 2 * 4 * B * 2 * 5 * 16  # keys and values [B, kv_heads=2, T=5, head_dim=16] fp32
+    assert cache.memory_footprint() == 2 * per_linear + 2 * per_attention
+
+
+def test_compileability_is_stated_truthfully():
+    cache = DeltaLogCache(tiny_model("qwen3_5"))
+    assert cache.is_compileable is False
+    assert all(layer.is_compileable is False for layer in cache.deltalog_layers)

@@ -1,0 +1,200 @@
+"""generate() with DeltaLogCache against transformers' default cache, on every GDN family."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+from utils import BOS, GDN_FAMILIES, PAD, max_abs, prompt_ids, rel_err, tiny_model
+
+from hf_deltalog import DeltaLogCache
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+GREEDY = dict(do_sample=False, return_dict_in_generate=True, output_logits=True)
+
+
+def generate(model, ids, cache=None, **kw):
+    with torch.no_grad():
+        if cache is None:
+            return model.generate(ids, **kw)
+        return model.generate(ids, cache=cache, **kw)
+
+
+def max_logit_diff(a, b):
+    return max(max_abs(x, y) for x, y in zip(a.logits, b.logits))
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_greedy_matches_dynamic_cache(family, dtype):
+    """Same tokens over 3+ merge cycles (M = 8, 27 decode steps); logits bounded."""
+    model = tiny_model(family, dtype)
+    ids = prompt_ids(3, 7)
+    ref = generate(model, ids, max_new_tokens=28, **GREEDY)
+    cache = DeltaLogCache(model)
+    out = generate(model, ids, cache, max_new_tokens=28, **GREEDY)
+    assert cache.merge_interval == 8 and out.past_key_values is cache
+    assert torch.equal(out.sequences, ref.sequences)
+    # fp32: the same fp32 arithmetic in another order. bf16: the recurrence runs in fp32 on both paths and is rounded
+    # once to bf16 at its output, so outputs differ by at most one bf16 ulp (2^-8), a few 1e-3 in these logits.
+    assert max_logit_diff(out, ref) <= (1e-4 if dtype == torch.float32 else 2e-2)
+    for layer in cache.deltalog_layers:
+        assert layer.base.dtype == torch.float32 and layer.k_log.dtype == torch.float32
+        assert layer.length.tolist() == [27 % 8] * 3  # the log really filled and merged
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_materialized_state_equals_dense_every_step(family):
+    """Drive both caches by hand: logits and every layer's logical state equal the dense path after every step."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 6)
+    dense, ours = DynamicCache(config=model.config), DeltaLogCache(model, merge_interval=3)
+    with torch.no_grad():
+        a = model(ids, cache=dense, use_cache=True)
+        b = model(ids, cache=ours, use_cache=True)
+        for step in range(10):
+            assert max_abs(b.logits, a.logits) <= 1e-4, step
+            for i, layer in enumerate(ours.layers):
+                if layer in ours.deltalog_layers:
+                    assert rel_err(ours.materialize(i), dense.layers[i].recurrent_states[0]) <= 1e-5, (step, i)
+            nxt = a.logits[:, -1:].argmax(-1)
+            a = model(nxt, cache=dense, use_cache=True)
+            b = model(nxt, cache=ours, use_cache=True)
+    assert [int(layer.length[0]) for layer in ours.deltalog_layers] == [10 % 3] * 2  # ten decode steps
+
+
+@pytest.mark.parametrize("merge_interval", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next"])
+def test_every_merge_interval_gives_the_same_tokens(family, merge_interval):
+    model = tiny_model(family)
+    ids = prompt_ids(2, 5, seed=3)
+    ref = generate(model, ids, max_new_tokens=20, **GREEDY)
+    out = generate(model, ids, DeltaLogCache(model, merge_interval=merge_interval), max_new_tokens=20, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)
+    assert max_logit_diff(out, ref) <= 1e-4
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_beam_search(family):
+    model = tiny_model(family)
+    ids = prompt_ids(2, 6, seed=4)
+    kw = dict(num_beams=3, num_return_sequences=3, max_new_tokens=12, do_sample=False, return_dict_in_generate=True,
+              output_scores=True)
+    ref = generate(model, ids, **kw)
+    out = generate(model, ids, DeltaLogCache(model, merge_interval=4), **kw)
+    assert torch.equal(out.sequences, ref.sequences)
+    assert torch.allclose(out.sequences_scores, ref.sequences_scores, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_sampling_with_seed(family):
+    model = tiny_model(family)
+    ids = prompt_ids(2, 6, seed=5)
+    kw = dict(do_sample=True, num_return_sequences=2, max_new_tokens=16, top_k=0, temperature=1.0)
+    torch.manual_seed(123)
+    ref = generate(model, ids, **kw)
+    torch.manual_seed(123)
+    out = generate(model, ids, DeltaLogCache(model), **kw)
+    assert out.shape == (4, 22) and torch.equal(out, ref)
+
+
+def left_pad(rows):
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), PAD)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r)
+        mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_left_padded_batch_matches_solo_runs(family):
+    model = tiny_model(family)
+    rows = [[BOS] + prompt_ids(1, 4, seed=6)[0].tolist(), [BOS] + prompt_ids(1, 9, seed=7)[0].tolist()]
+    ids, mask = left_pad(rows)
+    with torch.no_grad():
+        batched = model.generate(ids, attention_mask=mask, cache=DeltaLogCache(model), max_new_tokens=14,
+                                 do_sample=False)
+        for i, r in enumerate(rows):
+            solo_ids = torch.tensor([r])
+            solo = model.generate(solo_ids, cache=DeltaLogCache(model), max_new_tokens=14, do_sample=False)
+            solo_dense = model.generate(solo_ids, max_new_tokens=14, do_sample=False)
+            assert torch.equal(solo, solo_dense)
+            got, want = batched[i, ids.shape[1]:].tolist(), solo[0, len(r):].tolist()
+            # A row that reached EOS alone is padded in the batch until the other row finishes.
+            assert got[:len(want)] == want and set(got[len(want):]) <= {PAD}, i
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "olmo_hybrid"])
+def test_batch_of_one_with_padding(family):
+    model = tiny_model(family)
+    row = [BOS] + prompt_ids(1, 6, seed=8)[0].tolist()
+    ids, mask = left_pad([row])
+    ids = torch.cat([torch.full((1, 3), PAD), ids], dim=1)
+    mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), mask], dim=1)
+    with torch.no_grad():
+        padded = model.generate(ids, attention_mask=mask, cache=DeltaLogCache(model), max_new_tokens=12,
+                                do_sample=False)
+        plain = model.generate(torch.tensor([row]), cache=DeltaLogCache(model), max_new_tokens=12, do_sample=False)
+    assert padded[0, ids.shape[1]:].tolist() == plain[0, len(row):].tolist()
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("prefill", [1, 7, 64, 65])
+def test_split_invariance(family, prefill):
+    """Prefill of `a` tokens then one-token decodes reproduces the full forward's logits."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, prefill + 9, seed=9)
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = DeltaLogCache(model, merge_interval=4)
+        logits = [model(ids[:, :prefill], cache=cache, use_cache=True).logits]
+        for t in range(prefill, ids.shape[1]):
+            logits.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+    # The full forward runs the chunked form, decoding the recurrent form: fp32 rounding in different orders.
+    assert max_abs(torch.cat(logits, dim=1), full) <= 1e-4
+    assert cache.get_seq_length() == ids.shape[1]
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_multi_token_continuation_on_a_populated_cache(family):
+    """Decode into the log, then forward several tokens at once: exact, and the log restarts from the dense state."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 20, seed=10)
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = DeltaLogCache(model, merge_interval=8)
+        parts = [model(ids[:, :6], cache=cache, use_cache=True).logits]
+        for t in range(6, 11):
+            parts.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+        assert [int(x.length[0]) for x in cache.deltalog_layers] == [5, 5]
+        parts.append(model(ids[:, 11:17], cache=cache, use_cache=True).logits)
+        assert [int(x.length[0]) for x in cache.deltalog_layers] == [0, 0]
+        for t in range(17, 20):
+            parts.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+    assert max_abs(torch.cat(parts, dim=1), full) <= 1e-4
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_multi_turn_generate_continues_the_cache(family):
+    model = tiny_model(family)
+    ids = prompt_ids(2, 5, seed=11)
+    dense, ours = DynamicCache(config=model.config), DeltaLogCache(model, merge_interval=3)
+    turn1_ref = generate(model, ids, dense, max_new_tokens=7, do_sample=False)
+    turn1 = generate(model, ids, ours, max_new_tokens=7, do_sample=False)
+    assert torch.equal(turn1, turn1_ref)
+    follow_up = torch.cat([turn1, prompt_ids(2, 4, seed=12)], dim=1)
+    turn2_ref = generate(model, follow_up, dense, max_new_tokens=9, **GREEDY)
+    turn2 = generate(model, follow_up, ours, max_new_tokens=9, **GREEDY)
+    assert torch.equal(turn2.sequences, turn2_ref.sequences)
+    assert max_logit_diff(turn2, turn2_ref) <= 1e-4
+    assert ours.get_seq_length() == dense.get_seq_length() == follow_up.shape[1] + 8
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe"])
+def test_chunked_prefill(family):
+    model = tiny_model(family)
+    ids = prompt_ids(2, 13, seed=13)
+    ref = generate(model, ids, max_new_tokens=10, **GREEDY)
+    out = generate(model, ids, DeltaLogCache(model), max_new_tokens=10, prefill_chunk_size=4, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)
+    assert max_logit_diff(out, ref) <= 1e-4

@@ -1,0 +1,108 @@
+"""hf_deltalog.patch / unpatch: idempotent, revertible, and invisible to models used with other caches."""
+
+import importlib
+
+import pytest
+import torch
+from transformers import DynamicCache
+from transformers.generation.utils import GenerationMixin
+from utils import GDN_FAMILIES, prompt_ids, tiny_model
+
+import hf_deltalog
+from hf_deltalog import DeltaLogCache
+from hf_deltalog.patches import FAMILIES
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def upstream_functions():
+    """The functions transformers defines, whether or not a patch is in place now."""
+    out = {}
+    for spec in FAMILIES.values():
+        module = importlib.import_module(spec.module)
+        for name in (spec.recurrent, spec.chunk):
+            fn = getattr(module, name)
+            out[(spec.module, name)] = getattr(fn, "__deltalog_upstream__", fn)
+    gen = GenerationMixin.__dict__["generate"]
+    out[("GenerationMixin", "generate")] = getattr(gen, "__deltalog_upstream__", gen)
+    return out
+
+
+def current_functions():
+    out = {}
+    for spec in FAMILIES.values():
+        module = importlib.import_module(spec.module)
+        for name in (spec.recurrent, spec.chunk):
+            out[(spec.module, name)] = getattr(module, name)
+    out[("GenerationMixin", "generate")] = GenerationMixin.__dict__["generate"]
+    return out
+
+
+@pytest.fixture
+def clean():
+    originals = upstream_functions()
+    hf_deltalog.unpatch()
+    yield originals
+    hf_deltalog.unpatch()
+
+
+def test_unpatch_restores_upstream_functions(clean):
+    assert current_functions() == clean
+    DeltaLogCache(tiny_model("qwen3_5"))  # building a cache patches every family
+    assert all(hf_deltalog.is_patched(f) for f in ("qwen3_5", "qwen3_5_text", "qwen3_next", "olmo_hybrid"))
+    patched = current_functions()
+    assert all(patched[key] is not fn for key, fn in clean.items())
+    hf_deltalog.unpatch()
+    assert current_functions() == clean
+    assert not hf_deltalog.is_patched("qwen3_5")
+    hf_deltalog.unpatch()  # idempotent
+    assert current_functions() == clean
+
+
+def test_patch_is_idempotent(clean):
+    hf_deltalog.patch("qwen3_5")
+    first = current_functions()
+    assert hf_deltalog.patch(["qwen3_5", "qwen3_5_text"]) == ["qwen3_5_text"]
+    assert current_functions() == first
+    hf_deltalog.patch()
+    assert hf_deltalog.patches.patched_families() == sorted(FAMILIES)
+    again = current_functions()
+    hf_deltalog.patch()
+    assert current_functions() == again
+
+
+@pytest.mark.parametrize("family", GDN_FAMILIES)
+def test_other_caches_are_untouched(clean, family):
+    """Bit-identical outputs with the default cache before patching, while patched, and after a DeltaLog run."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 6)
+    kw = dict(max_new_tokens=10, do_sample=False, return_dict_in_generate=True, output_logits=True)
+    with torch.no_grad():
+        before = model.generate(ids, **kw)
+        model.generate(ids, cache=DeltaLogCache(model, merge_interval=3), **kw)
+        after = model.generate(ids, **kw)
+        static = DynamicCache(config=model.config)
+        explicit = model.generate(ids, cache=static, **kw)
+    assert torch.equal(before.sequences, after.sequences) and torch.equal(before.sequences, explicit.sequences)
+    assert all(torch.equal(x, y) for x, y in zip(before.logits, after.logits))
+    assert type(static.layers[0]).__name__ == "LinearAttentionLayer"
+
+
+def test_unknown_family_and_missing_upstream_name(clean, monkeypatch):
+    with pytest.raises(ValueError, match="model_type 'llama' has no DeltaLog binding"):
+        hf_deltalog.patch("llama")
+    module = importlib.import_module(FAMILIES["qwen3_5_text"].module)
+    monkeypatch.delattr(module, "torch_recurrent_gated_delta_rule")
+    with pytest.raises(RuntimeError, match=r"torch_recurrent_gated_delta_rule no longer exists in transformers 5\."):
+        hf_deltalog.patch("qwen3_5")
+    assert not hf_deltalog.is_patched("qwen3_5")
+
+
+def test_state_reaching_an_unbound_recurrence_says_so(clean):
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    with torch.no_grad():
+        model(prompt_ids(1, 4), cache=cache, use_cache=True)
+        hf_deltalog.unpatch()
+        with pytest.raises(RuntimeError, match="reached a recurrence that hf_deltalog has not bound"):
+            model(prompt_ids(1, 1), cache=cache, use_cache=True)

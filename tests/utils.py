@@ -1,0 +1,87 @@
+"""Tiny random models of every GDN family (K ≠ V, HV ≠ Hk) and comparison helpers shared by the tests."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import transformers
+
+VOCAB = 96
+PAD, BOS, EOS = 0, 1, 2
+# Hk = 2 key heads, HV = 4 value heads (GQA), K = 8 ≠ V = 16: a transposed state or a wrong head map cannot pass.
+GDN = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
+           linear_conv_kernel_dim=4)
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
+              tie_word_embeddings=False)
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)
+LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+
+GDN_FAMILIES = ["qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp", "olmo_hybrid"]
+
+
+def _drop(*keys):
+    return {k: v for k, v in COMMON.items() if k not in keys}
+
+
+def family_config(name: str, **overrides):
+    """A tiny config of family ``name`` (4 layers: linear, attention, linear, attention)."""
+    t = transformers
+    if name == "qwen3_next":
+        cfg = t.Qwen3NextConfig(**COMMON, **GDN, **MOE, layer_types=LAYERS)
+    elif name == "qwen3_5":
+        cfg = t.Qwen3_5TextConfig(**COMMON, **GDN, layer_types=LAYERS)
+    elif name == "qwen3_5_moe":
+        cfg = t.Qwen3_5MoeTextConfig(**_drop("intermediate_size"), **GDN, **MOE, layer_types=LAYERS)
+    elif name == "qwen4_exp":
+        cfg = t.Qwen4ExpTextConfig(**_drop("intermediate_size"), **GDN, **MOE, layer_types=LAYERS, hc_count=2,
+                                   hc_lowrank=16, ngram_vocab_size_base=1000, indexer_n_heads=2, indexer_kv_heads=1,
+                                   indexer_head_dim=16, indexer_budget=8, indexer_compress_ratio=4)
+    elif name == "olmo_hybrid":
+        cfg = t.OlmoHybridConfig(**_drop("head_dim"), **GDN, layer_types=LAYERS)
+    else:
+        raise KeyError(name)
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+_CLASSES = {
+    "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5": "Qwen3_5ForCausalLM",
+    "qwen3_5_moe": "Qwen3_5MoeForCausalLM",
+    "qwen4_exp": "Qwen4ExpForCausalLM",
+    "olmo_hybrid": "OlmoHybridForCausalLM",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _model(name: str, dtype: torch.dtype, seed: int):
+    torch.manual_seed(seed)
+    model = getattr(transformers, _CLASSES[name])(family_config(name)).eval()
+    with torch.no_grad():  # livelier decays than the init (softplus(a + 1) at A ~ U(0.01, 16)) to exercise the log
+        for module in model.modules():
+            if hasattr(module, "A_log") and hasattr(module, "dt_bias"):
+                module.A_log.copy_(torch.empty_like(module.A_log).uniform_(-3.0, 0.5))
+    return model.to(dtype)
+
+
+def tiny_model(name: str, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A cached tiny random model of family ``name`` (eval mode). Do not modify it in a test."""
+    return _model(name, dtype, seed)
+
+
+def prompt_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, length), generator=g)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖ / ‖b‖ in float64."""
+    a64, b64 = a.double(), b.double()
+    return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item()
+
+
+def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item()
