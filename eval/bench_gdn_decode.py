@@ -1,0 +1,812 @@
+"""One-token GDN decode benchmark: fused DeltaLog kernel vs FLA fused_recurrent vs a torch.compile'd dense step.
+
+Spec (H200 run): HV = 32 value heads, Hk = 16 key heads, K = V = 128, fp32 state, bf16 activations,
+B in {1, 8, 32, 64, 128, 256, 512}, DeltaLog M in {2, 4, 8, 16, 32} (log capacity C = M - 1), both base layouts.
+
+Timing method
+-------------
+* DeltaLog is timed over whole cycles with the live length really advancing: every state set starts at length 0 and a
+  CUDA graph of one full cycle (M - 1 appends then 1 merge, per set) is replayed; µs/token = graph time / (M · sets).
+  M per-phase graphs (phase c = every set at length c) are replayed in order too, with CUDA events between them, so
+  the append steps (c < M - 1) and the merge step (c = M - 1) are reported separately.
+* Cache residency: each variant rotates over R independent state/input sets, R = ceil(4 · L2 / state bytes) (at most
+  --max-sets), so the sets touched between two visits of one set exceed the L2 several times (B = 1..32 would
+  otherwise stay cache-resident).
+* Each measurement: warm-up, a GPU sleep so that the queue fills, n replays between two events; the median of several
+  trials is reported.
+* Copy bandwidth is measured in the same run (1 GiB device-to-device copy; bytes read + written / time).
+  Floors: dense = 2·S/BW; DeltaLog = (S + S/M + log bytes read and written per step, averaged over a cycle)/BW, with S
+  the fp32 state bytes; per-phase floors likewise.
+* Numerics: 128-step rollouts (B in {64, 128, 256}, bf16 activations, zero initial state) against
+  ``naive_recurrent_gated_delta_rule`` in float64; relative L2 error of all outputs and of the final state, for ours
+  (each numerics M, both layouts) and FLA; ratio ours / FLA.
+
+Outputs (all under --out): ``bench_gdn_decode.json`` (everything, incl. environment), ``bench_gdn_decode.csv`` (one
+row per B x variant), ``bench_gdn_decode.png`` (µs vs B with the floors; needs matplotlib), and a table on stdout.
+
+``--cpu-smoke`` runs the same code paths on the CPU under the Triton interpreter with tiny shapes, no CUDA graphs and
+wall-clock timings only (numbers are meaningless; it checks the script end to end). ``--quick`` runs a small subset on
+the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass(frozen=True)
+class Shape:
+    B: int
+    Hk: int
+    HV: int
+    K: int
+    V: int
+
+    @property
+    def state_bytes(self) -> int:
+        return self.B * self.HV * self.K * self.V * 4
+
+    def log_entry_bytes(self) -> int:
+        """Bytes of one log entry over all rows: k (per key head) + u (per value head) + Λ (per value head), fp32."""
+        return self.B * (self.Hk * self.K + self.HV * self.V + self.HV) * 4
+
+    def act_bytes(self, elt: int = 2) -> int:
+        """q, k, v read and o written (activations), g and beta read (fp32)."""
+        return self.B * (2 * self.Hk * self.K + 2 * self.HV * self.V) * elt + self.B * self.HV * 2 * 4
+
+
+def deltalog_phase_bytes(s: Shape, M: int, c: int) -> int:
+    """DRAM bytes of the DeltaLog step at phase c (c live entries): base read, c entries read, then append (one entry
+    written) or, at c = M - 1, merge (base written)."""
+    C = M - 1
+    b = s.state_bytes + c * s.log_entry_bytes() + s.act_bytes()
+    b += s.state_bytes if c == C else s.log_entry_bytes()
+    return b
+
+
+def deltalog_cycle_bytes(s: Shape, M: int) -> float:
+    return sum(deltalog_phase_bytes(s, M, c) for c in range(M)) / M
+
+
+def dense_bytes(s: Shape) -> int:
+    return 2 * s.state_bytes + s.act_bytes()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Timing back ends
+
+
+class GpuTimer:
+    """CUDA-graph timing with events: median over trials of n replays, after a GPU sleep that fills the queue."""
+
+    def __init__(self, trials: int = 5, target_ms: float = 3.0):
+        import torch
+
+        self.torch = torch
+        self.trials = trials
+        self.target_ms = target_ms
+        self.stream = torch.cuda.Stream()
+
+    def capture(self, fns):
+        """One graph that calls every fn in order (after a warm-up on a side stream); None if capture fails."""
+        torch = self.torch
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(self.stream):
+            with torch.cuda.graph(graph, stream=self.stream):
+                for fn in fns:
+                    fn()
+        torch.cuda.synchronize()
+        return graph
+
+    def warm(self, fns):
+        torch = self.torch
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            for fn in fns:
+                fn()
+        torch.cuda.current_stream().wait_stream(self.stream)
+        torch.cuda.synchronize()
+
+    def time_graphs(self, graphs, steps_per_graph):
+        """Replays ``graphs`` in order, n times per trial; returns (µs per step of each graph, µs per step overall)."""
+        torch = self.torch
+        for gr in graphs:
+            gr.replay()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for gr in graphs:
+            gr.replay()
+        torch.cuda.synchronize()
+        est_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
+        reps = max(2, min(200, int(math.ceil(self.target_ms / est_ms))))
+        per_graph = [[] for _ in graphs]
+        totals = []
+        for _ in range(self.trials):
+            sums = [0.0] * len(graphs)
+            torch.cuda._sleep(2_000_000)
+            evs = []
+            for _ in range(reps):
+                e = [torch.cuda.Event(enable_timing=True) for _ in range(len(graphs) + 1)]
+                e[0].record()
+                for i, gr in enumerate(graphs):
+                    gr.replay()
+                    e[i + 1].record()
+                evs.append(e)
+            torch.cuda.synchronize()
+            for e in evs:
+                for i in range(len(graphs)):
+                    sums[i] += e[i].elapsed_time(e[i + 1])
+            for i in range(len(graphs)):
+                per_graph[i].append(sums[i] * 1e3 / reps / steps_per_graph[i])
+            totals.append(sum(sums) * 1e3 / reps / sum(steps_per_graph))
+        return [statistics.median(p) for p in per_graph], statistics.median(totals)
+
+    def time_single_graph(self, graph, steps):
+        """Whole-graph timing without per-replay events (the headline number)."""
+        torch = self.torch
+        graph.replay()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        est_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
+        reps = max(2, min(500, int(math.ceil(self.target_ms / est_ms))))
+        out = []
+        for _ in range(self.trials):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(2_000_000)
+            s.record()
+            for _ in range(reps):
+                graph.replay()
+            e.record()
+            torch.cuda.synchronize()
+            out.append(s.elapsed_time(e) * 1e3 / reps / steps)
+        return statistics.median(out)
+
+
+class CpuTimer:
+    """Wall-clock timing for --cpu-smoke (no graphs): a 'graph' is just the list of callables."""
+
+    def __init__(self):
+        self.trials = 1
+
+    def warm(self, fns):
+        for fn in fns:
+            fn()
+
+    def capture(self, fns):
+        return list(fns)
+
+    def _run(self, graph):
+        for fn in graph:
+            fn()
+
+    def time_graphs(self, graphs, steps_per_graph):
+        per = []
+        for gr, n in zip(graphs, steps_per_graph):
+            t0 = time.perf_counter()
+            self._run(gr)
+            per.append((time.perf_counter() - t0) * 1e6 / n)
+        return per, sum(p * n for p, n in zip(per, steps_per_graph)) / sum(steps_per_graph)
+
+    def time_single_graph(self, graph, steps):
+        t0 = time.perf_counter()
+        self._run(graph)
+        return (time.perf_counter() - t0) * 1e6 / steps
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Variants
+
+
+def make_inputs(torch, s: Shape, dtype, device, gen):
+    q = torch.randn(s.B, 1, s.Hk, s.K, generator=gen).to(device=device, dtype=dtype)
+    k = torch.randn(s.B, 1, s.Hk, s.K, generator=gen).to(device=device, dtype=dtype)
+    v = torch.randn(s.B, 1, s.HV, s.V, generator=gen).to(device=device, dtype=dtype)
+    g = (-torch.nn.functional.softplus(torch.randn(s.B, 1, s.HV, generator=gen) - 2.0) * 0.5).to(device)
+    beta = torch.sigmoid(torch.randn(s.B, 1, s.HV, generator=gen)).to(device)
+    return q, k, v, g, beta
+
+
+def make_deltalog_set(torch, s: Shape, M: int, v_first: bool, device, gen):
+    C = M - 1
+    shape = (s.B, s.HV, s.V, s.K) if v_first else (s.B, s.HV, s.K, s.V)
+    base = (torch.randn(shape, generator=gen) * 0.05).to(device)
+    return dict(
+        base=base,
+        log_decay=torch.zeros(s.B, s.HV, device=device),
+        k_log=torch.zeros(s.B, s.Hk, C, s.K, device=device),
+        u_log=torch.zeros(s.B, s.HV, C, s.V, device=device),
+        decay_log=torch.zeros(s.B, s.HV, C, device=device),
+        length=torch.zeros(s.B, dtype=torch.int32, device=device),
+        counter=torch.zeros(s.B, dtype=torch.int32, device=device),
+    )
+
+
+def reset_deltalog_set(st):
+    st["length"].zero_()
+    st["log_decay"].zero_()
+    st["counter"].zero_()
+
+
+def n_sets(s: Shape, l2_bytes: int, max_sets: int) -> int:
+    return max(1, min(max_sets, math.ceil(4 * l2_bytes / s.state_bytes)))
+
+
+def dense_step_fn(torch):
+    from hf_deltalog.kernels.gdn.naive import l2norm
+
+    def dense_step(q, k, v, g, beta, S, scale: float):
+        """Dense GDN decode step, state [B, HV, K, V] fp32 updated in place (transformers' recurrence, T = 1)."""
+        G = S.shape[1] // q.shape[2]
+        qf = (l2norm(q[:, 0].float()) * scale).repeat_interleave(G, 1)
+        kf = l2norm(k[:, 0].float()).repeat_interleave(G, 1)
+        S.mul_(g[:, 0].float().exp()[..., None, None])
+        u = beta[:, 0].float()[..., None] * (v[:, 0].float() - (S * kf[..., None]).sum(-2))
+        S.add_(kf[..., None] * u[..., None, :])
+        return (S * qf[..., None]).sum(-2).to(q.dtype)[:, None]
+
+    return dense_step
+
+
+def load_fla():
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+        return fused_recurrent_gated_delta_rule, None
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+        return None, f"{type(e).__name__}: {e}"
+
+
+def pkg_version(name: str):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Benchmarks
+
+
+def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, block_v=None, num_warps=None):
+    torch, timer, dev = ctx["torch"], ctx["timer"], ctx["device"]
+    from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
+
+    gen = torch.Generator().manual_seed(100 + M)
+    sets = [make_deltalog_set(torch, s, M, v_first, dev, gen) for _ in range(R)]
+    inputs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(R)]
+
+    def step(r):
+        st = sets[r]
+        return lambda: fused_deltalog_gdn_decode(
+            *inputs[r], st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"], st["length"],
+            st["counter"], state_v_first=v_first, block_v=block_v, num_warps=num_warps, use_custom_op=False,
+        )
+
+    steps = [step(r) for r in range(R)]
+    timer.warm(steps * M)  # one full cycle (compiles the kernel, exercises both phases)
+    for st in sets:
+        reset_deltalog_set(st)
+    cycle = timer.capture([fn for _ in range(M) for fn in steps])
+    phases = [timer.capture(steps) for _ in range(M)]
+    amort = timer.time_single_graph(cycle, M * R)
+    # Sets are back at length 0 after whole cycles: the phase graphs start in phase.
+    assert all(int(st["length"].max()) == 0 for st in sets), "cycle did not return every row to length 0"
+    per_phase, amort_phases = timer.time_graphs(phases, [R] * M)
+    del cycle, phases, sets, inputs
+    return dict(amortized_us=amort, amortized_from_phases_us=amort_phases, phase_us=per_phase,
+                append_us=per_phase[:-1], merge_us=per_phase[-1])
+
+
+def bench_fla(ctx, s: Shape, v_first: bool, R: int):
+    torch, timer, dev, fla = ctx["torch"], ctx["timer"], ctx["device"], ctx["fla"]
+    gen = torch.Generator().manual_seed(7)
+    shape = (s.B, s.HV, s.V, s.K) if v_first else (s.B, s.HV, s.K, s.V)
+    states = [(torch.randn(shape, generator=gen) * 0.05).to(dev) for _ in range(R)]
+    inputs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(R)]
+
+    def step(r):
+        q, k, v, g, beta = inputs[r]
+        return lambda: fla(q, k, v, g=g, beta=beta, scale=s.K**-0.5, initial_state=states[r], output_final_state=True,
+                           use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+
+    steps = [step(r) for r in range(R)]
+    timer.warm(steps)
+    return time_steps(timer, steps, R)
+
+
+def time_steps(timer, steps, R):
+    """Graph of the R rotated steps; if capture fails (a baseline that syncs), time eager launches instead."""
+    try:
+        graph = timer.capture(steps)
+        return dict(amortized_us=timer.time_single_graph(graph, R))
+    except Exception as e:  # noqa: BLE001
+        return dict(amortized_us=timer.time_single_graph(list(steps), R) if isinstance(timer, CpuTimer)
+                    else eager_time(timer, steps), note=f"eager launches (graph capture failed: {e!r})"[:300])
+
+
+def eager_time(timer, steps):
+    torch = timer.torch
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(timer.trials):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(2_000_000)
+        a.record()
+        for _ in range(5):
+            for fn in steps:
+                fn()
+        b.record()
+        torch.cuda.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / (5 * len(steps)))
+    return statistics.median(out)
+
+
+def bench_dense_compiled(ctx, s: Shape, R: int):
+    torch, timer, dev = ctx["torch"], ctx["timer"], ctx["device"]
+    gen = torch.Generator().manual_seed(8)
+    states = [(torch.randn(s.B, s.HV, s.K, s.V, generator=gen) * 0.05).to(dev) for _ in range(R)]
+    inputs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(R)]
+    fn = ctx["dense_compiled"]
+    steps = [(lambda r=r: fn(*inputs[r], states[r], s.K**-0.5)) for r in range(R)]
+    timer.warm(steps)
+    timer.warm(steps)
+    return time_steps(timer, steps, R)
+
+
+def measure_bandwidth(ctx, nbytes: int):
+    torch, dev = ctx["torch"], ctx["device"]
+    src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    if dev.type == "cuda":
+        times = []
+        for _ in range(3):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+        for _ in range(20):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            dst.copy_(src)
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) * 1e-3)
+        t = statistics.median(times)
+    else:
+        dst.copy_(src)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        t = time.perf_counter() - t0
+    return 2 * nbytes / t  # bytes read + written per second
+
+
+def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
+    """Relative errors vs float64 of ours (each M, both layouts) and FLA over a ``steps``-token rollout."""
+    torch, dev = ctx["torch"], ctx["device"]
+    from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
+    from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_materialize, naive_recurrent_gated_delta_rule
+
+    s = Shape(B=B, **shape_kw)
+    gen = torch.Generator().manual_seed(1234 + B)
+    xs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(steps)]
+    q, k, v, g, beta = (torch.cat([x[i] for x in xs], dim=1) for i in range(5))
+    o_ref, S_ref = naive_recurrent_gated_delta_rule(
+        q.double(), k.double(), v.double(), g.double(), beta.double(), output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+    )
+
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm())
+
+    rec = dict(B=B, steps=steps, results=[])
+    for M in Ms:
+        for v_first in (False, True):
+            st = make_deltalog_set(torch, s, M, v_first, dev, gen)
+            st["base"].zero_()
+            outs = []
+            for t in range(steps):
+                outs.append(fused_deltalog_gdn_decode(*xs[t], st["base"], st["log_decay"], st["k_log"], st["u_log"],
+                                                      st["decay_log"], st["length"], st["counter"],
+                                                      state_v_first=v_first))
+            S = naive_deltalog_gdn_materialize(st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"],
+                                               st["length"], state_v_first=v_first)
+            rec["results"].append(dict(variant="ours", M=M, layout="VK" if v_first else "KV",
+                                       out_rel=rel(torch.cat(outs, 1), o_ref), state_rel=rel(S, S_ref)))
+    if ctx["fla"] is not None:
+        for v_first in (False, True):
+            shape = (B, s.HV, s.V, s.K) if v_first else (B, s.HV, s.K, s.V)
+            S = torch.zeros(shape, device=dev)
+            outs = []
+            try:
+                for t in range(steps):
+                    o, S = ctx["fla"](*xs[t][:3], g=xs[t][3], beta=xs[t][4], scale=s.K**-0.5, initial_state=S,
+                                      output_final_state=True, use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+                    outs.append(o)
+                S_kv = S.transpose(-1, -2) if v_first else S
+                rec["results"].append(dict(variant="fla", M=None, layout="VK" if v_first else "KV",
+                                           out_rel=rel(torch.cat(outs, 1), o_ref), state_rel=rel(S_kv, S_ref)))
+            except Exception as e:  # noqa: BLE001
+                rec["results"].append(dict(variant="fla", layout="VK" if v_first else "KV", error=repr(e)))
+    fla_vk = [r for r in rec["results"] if r["variant"] == "fla" and "out_rel" in r]
+    if fla_vk:
+        ref = min(fla_vk, key=lambda r: r["out_rel"])
+        for r in rec["results"]:
+            if r["variant"] == "ours":
+                r["out_ratio_vs_fla"] = r["out_rel"] / ref["out_rel"] if ref["out_rel"] else None
+                r["state_ratio_vs_fla"] = r["state_rel"] / ref["state_rel"] if ref["state_rel"] else None
+    return rec
+
+
+def environment(ctx):
+    torch = ctx["torch"]
+    env = dict(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        triton=pkg_version("triton"),
+        fla=pkg_version("fla-core") or pkg_version("flash-linear-attention"),
+        fla_import_error=ctx.get("fla_error"),
+        cuda=torch.version.cuda,
+        device=str(ctx["device"]),
+        time=time.strftime("%Y-%m-%d %H:%M:%S"),
+    )
+    if ctx["device"].type == "cuda":
+        p = torch.cuda.get_device_properties(ctx["device"])
+        env.update(gpu=p.name, sm_count=p.multi_processor_count, gpu_mem_gib=p.total_memory / 2**30,
+                   l2_bytes=getattr(p, "L2_cache_size", None))
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20)
+            env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+        except Exception:  # noqa: BLE001
+            env["driver"] = None
+    else:
+        env.update(gpu=None, driver=None, cpu=platform.processor() or platform.machine())
+    return env
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Reporting
+
+
+def policy(rows, Bs):
+    out = []
+    for B in Bs:
+        rb = [r for r in rows if r["B"] == B and r.get("amortized_us") is not None]
+        ours = [r for r in rb if r["variant"] == "deltalog" and r["M"] > 1]
+        m1 = [r for r in rb if r["variant"] == "deltalog" and r["M"] == 1]
+        fla = [r for r in rb if r["variant"].startswith("fla")]
+        dense = [r for r in rb if r["variant"] == "dense_compiled"]
+        if not ours:
+            continue
+        best = min(ours, key=lambda r: r["amortized_us"])
+        rec = dict(B=B, best_M=best["M"], best_layout=best["layout"], best_us=best["amortized_us"])
+        for name, grp in (("ours_M1", m1), ("fla", fla), ("dense_compiled", dense)):
+            b = min(grp, key=lambda r: r["amortized_us"]) if grp else None
+            rec[f"{name}_us"] = b["amortized_us"] if b else None
+            rec[f"{name}_layout"] = b["layout"] if b else None
+        cands = [("deltalog", best["amortized_us"])] + [
+            (n, rec[f"{n}_us"]) for n in ("ours_M1", "fla", "dense_compiled") if rec[f"{n}_us"] is not None
+        ]
+        rec["fastest"] = min(cands, key=lambda c: c[1])[0]
+        rec["dense_beats_deltalog"] = rec["fastest"] in ("ours_M1", "fla", "dense_compiled")
+        out.append(rec)
+    return out
+
+
+def add_speedups(rows):
+    by_b = {}
+    for r in rows:
+        by_b.setdefault(r["B"], []).append(r)
+    for B, rb in by_b.items():
+        base = {}
+        for r in rb:
+            if r.get("amortized_us") is None:
+                continue
+            if r["variant"] == "fla_vfirst":
+                base["fla_vfirst"] = r["amortized_us"]
+            elif r["variant"] == "fla_kfirst":
+                base["fla_kfirst"] = r["amortized_us"]
+            elif r["variant"] == "dense_compiled":
+                base["dense_compiled"] = r["amortized_us"]
+            elif r["variant"] == "deltalog" and r["M"] == 1:
+                base["ours_M1_" + r["layout"]] = r["amortized_us"]
+        for r in rb:
+            if r.get("amortized_us") is None:
+                continue
+            for k_, t in base.items():
+                r[f"speedup_vs_{k_}"] = t / r["amortized_us"]
+
+
+CSV_FIELDS = [
+    "B", "variant", "layout", "M", "sets", "amortized_us", "amortized_from_phases_us", "append_first_us",
+    "append_last_us", "append_mean_us", "merge_us", "floor_us", "floor_fraction", "speedup_vs_fla_vfirst",
+    "speedup_vs_fla_kfirst", "speedup_vs_dense_compiled", "speedup_vs_ours_M1_KV", "speedup_vs_ours_M1_VK", "note",
+]
+
+
+def write_outputs(out_dir: Path, result, final: bool):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench_gdn_decode.json").write_text(json.dumps(result, indent=1, default=str))
+    with open(out_dir / "bench_gdn_decode.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in result["rows"]:
+            w.writerow(r)
+    if final:
+        plot(out_dir / "bench_gdn_decode.png", result)
+
+
+def plot(path: Path, result):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # noqa: BLE001
+        log(f"plot skipped (matplotlib not available: {e})")
+        result["plot"] = None
+        return
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(9, 6))
+    series = {}
+    for r in rows:
+        if r.get("amortized_us") is None:
+            continue
+        name = r["variant"] if r["variant"] != "deltalog" else f"ours M={r['M']} {r['layout']}"
+        series.setdefault(name, []).append((r["B"], r["amortized_us"]))
+    for name, pts in sorted(series.items()):
+        pts.sort()
+        style = "-o" if name.startswith("ours") else "-s"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name, markersize=3, linewidth=1)
+    floors = {}
+    for r in rows:
+        if r.get("floor_us") is None:
+            continue
+        key = "dense floor" if r["variant"] != "deltalog" or r["M"] == 1 else f"DeltaLog floor M={r['M']}"
+        floors.setdefault(key, {})[r["B"]] = r["floor_us"]
+    for name, pts in sorted(floors.items()):
+        bs = sorted(pts)
+        ax.plot(bs, [pts[b] for b in bs], "--", label=name, linewidth=0.8, color="k" if name == "dense floor" else None)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch B")
+    ax.set_ylabel("µs per decode token (amortized)")
+    env = result["env"]
+    ax.set_title(f"GDN decode, HV={result['shape']['HV']} Hk={result['shape']['Hk']} K=V={result['shape']['K']}, "
+                 f"{env.get('gpu') or 'CPU smoke'}")
+    ax.legend(fontsize=6, ncol=2)
+    ax.grid(True, which="both", linewidth=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    result["plot"] = str(path)
+
+
+def print_table(result):
+    rows = [r for r in result["rows"] if r.get("amortized_us") is not None]
+    missing = sorted({(r["variant"], r.get("note")) for r in result["rows"] if r.get("amortized_us") is None})
+    print("\n== amortized µs per token (fraction of floor) ==")
+    for variant, note in missing:
+        print(f"  {variant}: {note}")
+    print(f"{'B':>5} {'variant':<16} {'lay':<3} {'M':>3} {'µs':>9} {'append':>9} {'merge':>9} {'floor':>8} {'%fl':>5} "
+          f"{'xFLA-VK':>7} {'xFLA-KV':>7} {'xdense':>7}")
+    for r in sorted(rows, key=lambda r: (r["B"], r["variant"], r.get("M") or 0, r.get("layout") or "")):
+        f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"  # noqa: E731
+        print(f"{r['B']:>5} {r['variant']:<16} {r.get('layout') or '':<3} {r.get('M') or '':>3} {f('amortized_us', '%9.2f')} "
+              f"{f('append_mean_us', '%9.2f'):>9} {f('merge_us', '%9.2f'):>9} {f('floor_us', '%8.2f')} "
+              f"{('%5.2f' % r['floor_fraction']) if r.get('floor_fraction') else '-':>5} "
+              f"{f('speedup_vs_fla_vfirst', '%7.2f'):>7} {f('speedup_vs_fla_kfirst', '%7.2f'):>7} "
+              f"{f('speedup_vs_dense_compiled', '%7.2f'):>7}")
+    if result.get("policy"):
+        print("\n== policy: fastest DeltaLog M per B vs dense alternatives ==")
+        for p in result["policy"]:
+            print(f"B={p['B']:>4}: best M={p['best_M']:>2} {p['best_layout']} {p['best_us']:.2f} µs | ours M=1 "
+                  f"{p['ours_M1_us'] if p['ours_M1_us'] is None else round(p['ours_M1_us'], 2)} | FLA "
+                  f"{p['fla_us'] if p['fla_us'] is None else round(p['fla_us'], 2)} | fastest: {p['fastest']}")
+    if result.get("numerics"):
+        print("\n== numerics: relative L2 error vs float64 ==")
+        for rec in result["numerics"]:
+            for r in rec["results"]:
+                if "out_rel" not in r:
+                    print(f"B={rec['B']:>4} {r['variant']} {r['layout']}: error {r.get('error')}")
+                    continue
+                ratio = r.get("out_ratio_vs_fla")
+                print(f"B={rec['B']:>4} {r['variant']:<5} M={r.get('M') or '-':>2} {r['layout']}: out {r['out_rel']:.2e} "
+                      f"state {r['state_rel']:.2e}" + (f"  ours/FLA out {ratio:.2f}" if ratio else ""))
+    print(f"\ncopy bandwidth {result['bandwidth_GBps']:.1f} GB/s; outputs in {result['out_dir']}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(REPO_ROOT / "eval" / "results"), help="output folder (default eval/results/)")
+    p.add_argument("--quick", action="store_true", help="small GPU subset: B in {1, 64, 256}, M in {4, 16}")
+    p.add_argument("--cpu-smoke", action="store_true", help="CPU + Triton interpreter, tiny shapes, wall-clock only")
+    p.add_argument("--batches", type=int, nargs="*", default=None)
+    p.add_argument("--ms", type=int, nargs="*", default=None, help="DeltaLog M values (M = 1 is always added)")
+    p.add_argument("--numerics-batches", type=int, nargs="*", default=None)
+    p.add_argument("--numerics-ms", type=int, nargs="*", default=None)
+    p.add_argument("--rollout-steps", type=int, default=None)
+    p.add_argument("--max-sets", type=int, default=128, help="cap on rotated state sets (L2 eviction)")
+    p.add_argument("--block-v", type=int, default=None, help="override the kernel's BV")
+    p.add_argument("--num-warps", type=int, default=None, help="override the kernel's num_warps")
+    p.add_argument("--tune", action="store_true", help="also sweep BV x num_warps for ours at M=8 (B in {1, 64, 512})")
+    p.add_argument("--no-numerics", action="store_true")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.cpu_smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog.kernels.gdn imports it)
+    import torch
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    if args.cpu_smoke:
+        device = torch.device("cpu")
+        shape_kw = dict(Hk=2, HV=4, K=16, V=16)
+        Bs, Ms = args.batches or [1, 2], args.ms or [2, 4]
+        num_Bs, num_Ms, steps = args.numerics_batches or [2], args.numerics_ms or [2, 4], args.rollout_steps or 8
+        timer, bw_bytes, l2 = CpuTimer(), 1 << 24, 1 << 20
+        args.max_sets = min(args.max_sets, 2)  # exercise the rotation, keep the interpreter fast
+        act_dtype = torch.bfloat16
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("no CUDA device: run on a GPU, or use --cpu-smoke")
+        device = torch.device("cuda", torch.cuda.current_device())
+        shape_kw = dict(Hk=16, HV=32, K=128, V=128)
+        if args.quick:
+            Bs, Ms, num_Bs, steps = [1, 64, 256], [4, 16], [64], 32
+        else:
+            Bs, Ms, num_Bs, steps = [1, 8, 32, 64, 128, 256, 512], [2, 4, 8, 16, 32], [64, 128, 256], 128
+        Bs, Ms = args.batches or Bs, args.ms or Ms
+        num_Bs, steps = args.numerics_batches or num_Bs, args.rollout_steps or steps
+        num_Ms = args.numerics_ms or ([8] if args.quick else [2, 8, 32])
+        timer, bw_bytes = GpuTimer(), 1 << 30
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (60 << 20)
+        act_dtype = torch.bfloat16
+
+    import hf_deltalog.kernels.gdn as gdn
+
+    if not gdn.HAS_TRITON:
+        sys.exit(f"triton is not available: {gdn.TRITON_IMPORT_ERROR}")
+    fla, fla_err = load_fla()
+    ctx = dict(torch=torch, device=device, timer=timer, act_dtype=act_dtype, fla=fla, fla_error=fla_err)
+    dense = dense_step_fn(torch)
+    if args.no_compile:
+        ctx["dense_compiled"] = None
+    elif args.cpu_smoke:
+        ctx["dense_compiled"] = torch.compile(dense, backend="eager")  # no C++ toolchain assumed on the CPU box
+    else:
+        ctx["dense_compiled"] = torch.compile(dense)
+
+    result = dict(
+        env=environment(ctx), mode="cpu-smoke" if args.cpu_smoke else ("quick" if args.quick else "full"),
+        shape=dict(shape_kw, state_dtype="float32", act_dtype=str(act_dtype)), batches=Bs, Ms=Ms, rows=[],
+        out_dir=str(out_dir), fla_available=fla is not None,
+        kernel_overrides=dict(block_v=args.block_v, num_warps=args.num_warps),
+    )
+    if fla is None:
+        log(f"FLA: not available ({fla_err})")
+    bw = measure_bandwidth(ctx, bw_bytes)
+    result["bandwidth_GBps"] = bw / 1e9
+    log(f"copy bandwidth {bw / 1e9:.1f} GB/s ({bw_bytes} B copy, read + write)")
+
+    from hf_deltalog.kernels.gdn.fused_deltalog import default_launch_config
+
+    rows = result["rows"]
+    for B in Bs:
+        s = Shape(B=B, **shape_kw)
+        R = n_sets(s, l2, args.max_sets)
+        dense_floor = dense_bytes(s) / bw * 1e6
+        log(f"B={B}: {R} rotated set(s), state {s.state_bytes / 2**20:.1f} MiB, dense floor {dense_floor:.2f} µs")
+        for v_first, name in ((True, "fla_vfirst"), (False, "fla_kfirst")):
+            row = dict(B=B, variant=name, layout="VK" if v_first else "KV", M=None, sets=R, floor_us=dense_floor)
+            if fla is None:
+                row.update(amortized_us=None, note="not available")
+            else:
+                try:
+                    row.update(bench_fla(ctx, s, v_first, R))
+                except Exception as e:  # noqa: BLE001
+                    row.update(amortized_us=None, note=f"failed: {e!r}"[:300])
+            rows.append(row)
+        row = dict(B=B, variant="dense_compiled", layout="KV", M=None, sets=R, floor_us=dense_floor)
+        if ctx["dense_compiled"] is None:
+            row.update(amortized_us=None, note="skipped (--no-compile)")
+        else:
+            try:
+                row.update(bench_dense_compiled(ctx, s, R))
+            except Exception as e:  # noqa: BLE001
+                row.update(amortized_us=None, note=f"failed: {e!r}"[:300])
+        rows.append(row)
+        for M in [1] + [m for m in Ms if m != 1]:
+            for v_first in (False, True):
+                floor = (dense_bytes(s) if M == 1 else deltalog_cycle_bytes(s, M)) / bw * 1e6
+                bv, nw = default_launch_config(B, s.Hk, s.K, s.V)
+                row = dict(B=B, variant="deltalog", layout="VK" if v_first else "KV", M=M, sets=R, floor_us=floor,
+                           block_v=args.block_v or bv, num_warps=args.num_warps or nw,
+                           phase_floor_us=[deltalog_phase_bytes(s, M, c) / bw * 1e6 for c in range(M)])
+                try:
+                    r = bench_deltalog(ctx, s, M, v_first, R, args.block_v, args.num_warps)
+                    row.update(r, append_first_us=r["append_us"][0] if r["append_us"] else None,
+                               append_last_us=r["append_us"][-1] if r["append_us"] else None,
+                               append_mean_us=statistics.mean(r["append_us"]) if r["append_us"] else None)
+                except Exception as e:  # noqa: BLE001
+                    row.update(amortized_us=None, note=f"failed: {e!r}"[:300])
+                rows.append(row)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        for r in rows:
+            if r["B"] == B and r.get("amortized_us"):
+                r["floor_fraction"] = r["floor_us"] / r["amortized_us"]
+        brief = ", ".join(
+            f"{r['variant']}{'' if r['M'] is None else ' M=%d' % r['M']} {r.get('layout', '')} "
+            f"{r['amortized_us']:.1f}" for r in rows if r["B"] == B and r.get("amortized_us") is not None
+        )
+        log(f"B={B}: {brief}")
+        add_speedups(rows)
+        result["policy"] = policy(rows, Bs)
+        write_outputs(out_dir, result, final=False)
+
+    if args.tune:
+        result["tune"] = []
+        for B in [b for b in (1, 64, 512) if not args.cpu_smoke] or [1]:
+            s = Shape(B=B, **shape_kw)
+            R = n_sets(s, l2, args.max_sets)
+            for bv in (8, 16, 32, 64):
+                for nw in (1, 2, 4, 8):
+                    for v_first in (False, True):
+                        try:
+                            r = bench_deltalog(ctx, s, 8, v_first, R, bv, nw)
+                            result["tune"].append(dict(B=B, M=8, block_v=bv, num_warps=nw, layout="VK" if v_first else "KV",
+                                                       amortized_us=r["amortized_us"], merge_us=r["merge_us"]))
+                        except Exception as e:  # noqa: BLE001
+                            result["tune"].append(dict(B=B, block_v=bv, num_warps=nw, error=repr(e)[:200]))
+            log(f"tune B={B} done")
+            write_outputs(out_dir, result, final=False)
+
+    if not args.no_numerics:
+        result["numerics"] = []
+        for B in num_Bs:
+            t0 = time.perf_counter()
+            result["numerics"].append(rollout_numerics(ctx, B, steps, num_Ms, shape_kw))
+            log(f"numerics B={B} ({steps} steps) in {time.perf_counter() - t0:.1f} s")
+            write_outputs(out_dir, result, final=False)
+
+    result["wall_s"] = time.perf_counter() - t_start
+    write_outputs(out_dir, result, final=True)
+    (out_dir / "bench_gdn_decode.json").write_text(json.dumps(result, indent=1, default=str))
+    print_table(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

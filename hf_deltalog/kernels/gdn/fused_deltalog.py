@@ -1,0 +1,439 @@
+"""Fused Triton kernel for one DeltaLog Gated DeltaNet decode step (replay, output, append-or-merge, one launch).
+
+Math (seed paper, Eq. 7; the recurrence is transformers' ``torch_recurrent_gated_delta_rule`` for ``T = 1``). Per row
+``b`` and value head ``h`` the logical state is ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ`` (``S ∈ R^{K×V}``).
+With ``ℓ̄' = ℓ̄ + g``, ``a = exp(ℓ̄')`` and ``w_i = exp(ℓ̄' − Λ_i)`` the kernel computes, without materialising ``S``::
+
+    S'ᵀk̂ = a·baseᵀk̂ + Σ_i w_i (K_i·k̂) U_i          S'ᵀq̂ = a·baseᵀq̂ + Σ_i w_i (K_i·q̂) U_i
+    u = β (v − S'ᵀk̂)                                  o = S'ᵀq̂ + (q̂·k̂) u
+
+then, per row, *appends* ``(k̂, u, ℓ̄')`` at slot ``L`` when ``L < C`` or *merges* (``base ← a·base + Σ_i w_i K_i U_iᵀ +
+k̂ uᵀ``, ``ℓ̄ ← 0``, ``L ← 0``) when ``L ≥ C``. :func:`hf_deltalog.kernels.gdn.naive.naive_deltalog_gdn_decode` is the
+executable specification; this kernel matches it buffer for buffer.
+
+Kernel design
+-------------
+* Grid: one axis, ``B · Hk · NV`` programs (``NV = cdiv(V, BV)``), value tile fastest, then key head, then row. Program
+  ``(b, hk, iv)`` owns columns ``iv·BV … iv·BV+BV−1`` of the ``G = HV // Hk`` value heads ``hk·G … hk·G+G−1``. Program
+  ids are cast to int64 before any offset is formed, so ``B · HV · K · V`` may exceed 2³¹.
+* Per program: load and l2-normalise ``q``, ``k`` of key head ``hk`` once; load the live key log ``K_i`` (``i < L``) of
+  that key head once and form ``q̂·K_i`` and ``k̂·K_i`` once; then for each of the ``G`` value heads load its
+  ``[K, BV]`` base tile, the live ``U_i`` columns and ``Λ_i``, compute ``o``/``u`` and either store the merged tile
+  or append ``u``. All products are fp32 elementwise products reduced with ``tl.sum`` (no ``tl.dot``, so
+  never TF32); the merge adds ``Σ_i w_i K_i U_iᵀ`` as ``C`` rank-1 updates (the rows re-read from cache).
+* Phase per row: ``L = length[b]`` is read from device memory by every program; ``L ≥ C`` selects merge. No host
+  synchronisation, so one CUDA graph serves every step of a cycle.
+* Races: ``length[b]`` and ``log_decay[b, :]`` are read by all ``Hk · NV`` programs of row ``b``. Each program does its
+  work, then ``tl.atomic_add(counter + b, 1)`` (acq_rel, after a CTA barrier so that every thread's reads precede
+  it). The program that sees ``Hk · NV − 1`` is the last of the row: it alone writes ``length[b]``,
+  ``log_decay[b, :]`` (``ℓ̄ + g`` on append rows, 0 on merge rows) and resets ``counter[b] = 0``. Slot ``L`` of
+  ``k_log[b, hk]`` and of ``decay_log[b, h]`` is written only by the ``iv = 0`` program of its key head (nobody reads
+  slot ``L``: readers mask ``i < L``); ``u_log`` and ``base`` tiles are written only by their owner, which is also
+  their only reader.
+* Layouts: ``state_v_first=False`` stores ``base`` as ``[B, HV, K, V]`` (tile ``[BK, BV]``); ``True`` as
+  ``[B, HV, V, K]`` (tile ``[BV, BK]``, contiguous along K). The log buffers have one layout.
+* Stale log slots (``i ≥ L``) are never loaded (masked loads with ``other=0``) so garbage/NaN there cannot leak.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+__all__ = ["fused_deltalog_gdn_decode", "default_launch_config", "OP_NAME", "OP_KIND"]
+
+OP_NAME = "hf_deltalog::fused_deltalog_gdn_decode"
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_GATE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+@triton.jit
+def _fused_deltalog_gdn_decode_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    o_ptr,
+    base_ptr,
+    log_decay_ptr,
+    k_log_ptr,
+    u_log_ptr,
+    decay_log_ptr,
+    length_ptr,
+    counter_ptr,
+    scale,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kh,
+    stride_vb,
+    stride_vh,
+    stride_gb,
+    stride_gh,
+    stride_betab,
+    stride_betah,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    G: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    BC: tl.constexpr,
+    BHV: tl.constexpr,
+    NV: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr,
+    STATE_V_FIRST: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_bk = pid // NV
+    i_hk = i_bk % HK
+    i_b = i_bk // HK
+
+    offs_k = tl.arange(0, BK)
+    mask_k = offs_k < K
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_v = offs_v < V
+
+    # Query and key of this key head, normalised once and shared by the G value heads.
+    b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
+    b_q = b_q * scale
+    qk = tl.sum(b_q * b_k, axis=0)
+
+    L = tl.load(length_ptr + i_b).to(tl.int32)
+    is_merge = L >= C
+
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        live = (offs_c < L) & (offs_c < C)
+        # Live key log of this key head [BC, BK]; stale slots are never read.
+        p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :]
+        b_kl = tl.load(p_kl, mask=live[:, None] & mask_k[None, :], other=0.0)
+        qK = tl.sum(b_kl * b_q[None, :], axis=1)  # [BC]  q̂·K_i
+        kK = tl.sum(b_kl * b_k[None, :], axis=1)  # [BC]  k̂·K_i
+
+    for j in tl.static_range(G):
+        i_hv = i_hk * G + j
+        i_bh = i_b * HV + i_hv
+        ell = tl.load(log_decay_ptr + i_bh) + tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32)
+        a = tl.exp(ell)
+        b_beta = tl.load(beta_ptr + i_b * stride_betab + i_hv * stride_betah).to(tl.float32)
+        b_v = tl.load(v_ptr + i_b * stride_vb + i_hv * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+
+        if STATE_V_FIRST:
+            p_h = base_ptr + i_bh * (K * V) + offs_v[:, None] * K + offs_k[None, :]  # [BV, BK]
+            mask_h = mask_v[:, None] & mask_k[None, :]
+            b_h = tl.load(p_h, mask=mask_h, other=0.0)
+            s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
+            s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
+        else:
+            p_h = base_ptr + i_bh * (K * V) + offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
+            mask_h = mask_k[:, None] & mask_v[None, :]
+            b_h = tl.load(p_h, mask=mask_h, other=0.0)
+            s_k = a * tl.sum(b_h * b_k[:, None], axis=0)
+            s_q = a * tl.sum(b_h * b_q[:, None], axis=0)
+
+        if C > 0:
+            lam = tl.load(decay_log_ptr + i_bh * C + offs_c, mask=live, other=0.0)
+            w = tl.where(live, tl.exp(ell - lam), 0.0)  # [BC]
+            p_u = u_log_ptr + i_bh * (C * V) + offs_c[:, None] * V + offs_v[None, :]
+            b_u = tl.load(p_u, mask=live[:, None] & mask_v[None, :], other=0.0)  # [BC, BV]
+            s_k += tl.sum((w * kK)[:, None] * b_u, axis=0)
+            s_q += tl.sum((w * qK)[:, None] * b_u, axis=0)
+
+        b_uc = b_beta * (b_v - s_k)  # u = β (v − S'ᵀk̂)
+        b_o = s_q + qk * b_uc
+        tl.store(o_ptr + i_bh * V + offs_v, b_o.to(o_ptr.dtype.element_ty), mask=mask_v)
+
+        if is_merge:
+            if STATE_V_FIRST:
+                b_s = a * b_h + b_uc[:, None] * b_k[None, :]
+            else:
+                b_s = a * b_h + b_k[:, None] * b_uc[None, :]
+            if C > 0:
+                # Merge rows have every slot live (L ≥ C): C exact fp32 rank-1 updates, the rows re-read from cache.
+                # (An fp32 tl.dot, even with input_precision="ieee", spills heavily at K = 128 on sm_90.)
+                for i in range(C):
+                    w_i = tl.exp(ell - tl.load(decay_log_ptr + i_bh * C + i))
+                    k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
+                    u_i = w_i * tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
+                    if STATE_V_FIRST:
+                        b_s += u_i[:, None] * k_i[None, :]
+                    else:
+                        b_s += k_i[:, None] * u_i[None, :]
+            tl.store(p_h, b_s, mask=mask_h)
+        else:
+            if C > 0:
+                tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_uc, mask=mask_v)
+                if i_v == 0:
+                    tl.store(decay_log_ptr + i_bh * C + L, ell)
+
+    if C > 0:
+        if (L < C) & (i_v == 0):
+            tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
+
+    # Last program of the row publishes the new length and cumulative log-decay, then resets the counter.
+    tl.debug_barrier()
+    old = tl.atomic_add(counter_ptr + i_b, 1, sem="acq_rel")
+    if old == HK * NV - 1:
+        offs_h = tl.arange(0, BHV)
+        mask_hv = offs_h < HV
+        ld = tl.load(log_decay_ptr + i_b * HV + offs_h, mask=mask_hv, other=0.0)
+        gg = tl.load(g_ptr + i_b * stride_gb + offs_h * stride_gh, mask=mask_hv, other=0.0).to(tl.float32)
+        tl.store(log_decay_ptr + i_b * HV + offs_h, tl.where(is_merge, 0.0, ld + gg), mask=mask_hv)
+        tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1))
+        tl.store(counter_ptr + i_b, 0)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def default_launch_config(B: int, Hk: int, K: int, V: int) -> tuple[int, int]:
+    """Default ``(BV, num_warps)``.
+
+    Heuristic: ``BK = next_pow2(K)`` (all of K in one tile). ``BV`` is the largest power of two with a state tile of at
+    most 4096 fp32 elements (``BV = 32`` at ``K = 128``), capped at ``next_pow2(V)``: a wide tile amortises the
+    per-program key-log load and the ``q̂·K_i``/``k̂·K_i`` products over more columns. When that leaves fewer than 512
+    programs (small batch) ``BV`` is halved, down to 8, so that the GPU still gets enough programs to pull the full
+    bandwidth. ``num_warps`` grows with the tile: 1 warp up to 1024 elements, 2 up to 2048, else 4.
+    """
+    BK = _next_pow2(K)
+    BV = min(_next_pow2(V), max(8, 4096 // BK))
+    while BV > 8 and B * Hk * triton.cdiv(V, BV) < 512:
+        BV //= 2
+    tile = BK * BV
+    num_warps = 1 if tile <= 1024 else (2 if tile <= 2048 else 4)
+    return BV, num_warps
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, state_v_first, block_v, num_warps):
+    named = dict(
+        q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
+        decay_log=decay_log, length=length, counter=counter,
+    )
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if q.dim() != 4 or k.shape != q.shape:
+        raise ValueError(f"q and k must both be [B, 1, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    B, T, Hk, K = q.shape
+    if T != 1:
+        raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
+    if v.dim() != 4 or v.shape[:2] != (B, 1):
+        raise ValueError(f"v must be [B, 1, HV, V] with B = {B}; got {tuple(v.shape)}")
+    HV, V = v.shape[2], v.shape[3]
+    if Hk == 0 or HV % Hk != 0:
+        raise ValueError(f"the value heads HV = {HV} must be a positive multiple of the key heads Hk = {Hk} (GQA)")
+    for name, t in (("g", g), ("beta", beta)):
+        if tuple(t.shape) != (B, 1, HV):
+            raise ValueError(f"{name} must be [B, 1, HV] = {(B, 1, HV)}; got {tuple(t.shape)}")
+    expect_base = (B, HV, V, K) if state_v_first else (B, HV, K, V)
+    if tuple(base.shape) != expect_base:
+        layout = "[B, HV, V, K]" if state_v_first else "[B, HV, K, V]"
+        raise ValueError(f"base must be {layout} = {expect_base} (state_v_first={state_v_first}); got {tuple(base.shape)}")
+    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    for name, t, shape in (
+        ("log_decay", log_decay, (B, HV)),
+        ("k_log", k_log, (B, Hk, C, K)),
+        ("u_log", u_log, (B, HV, C, V)),
+        ("decay_log", decay_log, (B, HV, C)),
+        ("length", length, (B,)),
+        ("counter", counter, (B,)),
+    ):
+        if tuple(t.shape) != shape:
+            raise ValueError(
+                f"{name} must have shape {shape} (B, Hk, HV, K, V from q/v, C = k_log.shape[2]); got {tuple(t.shape)}"
+            )
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in _ACT_DTYPES:
+            raise TypeError(f"{name} must be bfloat16, float16 or float32; got {t.dtype}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"q and k must have the same dtype; got q {q.dtype} and k {k.dtype}")
+    for name, t in (("g", g), ("beta", beta)):
+        if t.dtype not in _GATE_DTYPES:
+            raise TypeError(f"{name} must be a floating dtype (bfloat16, float16, float32, float64); got {t.dtype}")
+    for name in ("base", "log_decay", "k_log", "u_log", "decay_log"):
+        if named[name].dtype != torch.float32:
+            raise TypeError(f"{name} must be float32 (the kernel keeps the state in fp32); got {named[name].dtype}")
+    if length.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"length must be int32 or int64; got {length.dtype}")
+    if counter.dtype != torch.int32:
+        raise TypeError(f"counter must be int32 (an all-zeros workspace of B entries); got {counter.dtype}")
+    devices = {t.device for t in named.values()}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
+    dev = q.device
+    if dev.type != "cuda" and not (dev.type == "cpu" and _interpreting()):
+        raise ValueError(
+            f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1 set before importing triton); got {dev}"
+        )
+    for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "counter"):
+        if not named[name].is_contiguous():
+            raise ValueError(f"{name} must be contiguous (it is updated in place, so it cannot be copied); it is not")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride on its last dim (other strides are free); got strides {t.stride()}")
+    if block_v is not None and (not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1)):
+        raise ValueError(f"block_v must be None or a power of two ≥ 1; got {block_v!r}")
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16; got {num_warps!r}")
+    return B, Hk, HV, K, V, C
+
+
+def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale, use_qk_l2norm,
+            state_v_first, block_v, num_warps, kernel):
+    B, _, Hk, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    C = k_log.shape[2]
+    o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
+    if B == 0:
+        return o
+    BV0, nw0 = default_launch_config(B, Hk, K, V)
+    BV = min(block_v if block_v > 0 else BV0, _next_pow2(V))
+    nw = num_warps if num_warps > 0 else nw0
+    BK, BC = _next_pow2(K), _next_pow2(max(C, 1))
+    NV = triton.cdiv(V, BV)
+    # Without a log the log pointers are never dereferenced; pass the base so the kernel sees valid pointers.
+    kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
+    grid = (B * Hk * NV,)
+    kernel[grid](
+        q, k, v, g, beta, o, base, log_decay, kl, ul, dl, length, counter, scale,
+        q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2),
+        g.stride(0), g.stride(2), beta.stride(0), beta.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, BHV=_next_pow2(HV), NV=NV,
+        USE_QK_L2NORM=use_qk_l2norm, STATE_V_FIRST=state_v_first,
+        num_warps=nw,
+    )
+    return o
+
+
+_MUTATED = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "counter")
+
+
+def _op_body(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    u_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    counter: torch.Tensor,
+    scale: float,
+    use_qk_l2norm_in_kernel: bool,
+    state_v_first: bool,
+    block_v: int,
+    num_warps: int,
+) -> torch.Tensor:
+    return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale,
+                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, wrap_triton(_fused_deltalog_gdn_decode_kernel))
+
+
+# Registration. On a GPU the op is a ``triton_op``: torch.compile traces through ``wrap_triton`` and Inductor sees the
+# kernel itself (and its mutations). Under TRITON_INTERPRET=1 ``wrap_triton`` hands back the interpreted function,
+# which cannot run on FakeTensors, so there the op is an opaque ``custom_op`` with an explicit fake (same schema, same
+# declared mutations, still no graph break). ``HF_DELTALOG_OPAQUE_OP=1`` forces the opaque form on a GPU too.
+OP_KIND = "custom_op" if (_interpreting() or os.environ.get("HF_DELTALOG_OPAQUE_OP", "0") == "1") else "triton_op"
+if OP_KIND == "triton_op":
+    _fused_deltalog_gdn_decode_op = triton_op(OP_NAME, mutates_args=_MUTATED)(_op_body)
+else:
+    _fused_deltalog_gdn_decode_op = torch.library.custom_op(OP_NAME, mutates_args=_MUTATED)(_op_body)
+
+    @_fused_deltalog_gdn_decode_op.register_fake
+    def _(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale,
+          use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps):
+        return q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
+
+
+def fused_deltalog_gdn_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    u_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    counter: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = True,
+    state_v_first: bool = False,
+    *,
+    block_v: int | None = None,
+    num_warps: int | None = None,
+    use_custom_op: bool = True,
+) -> torch.Tensor:
+    """One fused DeltaLog GDN decode step for every row (one kernel launch; buffers updated in place).
+
+    Same semantics as :func:`hf_deltalog.kernels.gdn.naive.naive_deltalog_gdn_decode` (seed paper Eq. 7; output as
+    transformers' ``torch_recurrent_gated_delta_rule`` for one token). Each row replays its live log, writes ``o``,
+    then appends (``length[b] < C``) or merges (``length[b] ≥ C``; ``C = M − 1``); the phase is read on the device,
+    so rows in different phases share a launch and the call never synchronises with the host.
+
+    Dims: ``B`` rows, ``Hk`` key heads, ``HV`` value heads (a multiple of ``Hk``; key head ``h`` serves value heads
+    ``h·G … h·G+G−1``, ``G = HV // Hk``), ``K`` key dim, ``V`` value dim, ``C`` log capacity (may be 0: dense).
+
+    Args:
+        q, k: ``[B, 1, Hk, K]`` raw queries/keys, bfloat16/float16/float32 (same dtype), unit last-dim stride.
+        v: ``[B, 1, HV, V]`` bfloat16/float16/float32, unit last-dim stride.
+        g: ``[B, 1, HV]`` log-decay, any float dtype (computed in fp32).
+        beta: ``[B, 1, HV]`` delta-rule step size, any float dtype.
+        base: fp32 ``[B, HV, K, V]`` (``[B, HV, V, K]`` when ``state_v_first``), contiguous; mutated on merge rows.
+        log_decay: fp32 ``[B, HV]`` cumulative log-decay ``ℓ̄`` since the last merge; mutated.
+        k_log: fp32 ``[B, Hk, C, K]`` normalised keys of the live updates; slot ``L`` written on append rows.
+        u_log: fp32 ``[B, HV, C, V]`` value-side factors ``u_i``; slot ``L`` written on append rows.
+        decay_log: fp32 ``[B, HV, C]`` snapshots ``Λ_i`` of ``ℓ̄``; slot ``L`` written on append rows.
+        length: int32/int64 ``[B]`` live entries ``L`` per row; set to ``L + 1`` (append) or 0 (merge).
+        counter: int32 ``[B]`` workspace, all zeros before the call and all zeros again after it.
+        scale: query scale; default ``K ** -0.5``.
+        use_qk_l2norm_in_kernel: l2-normalise q and k (``x · rsqrt(Σx² + 1e-6)``) as transformers does.
+        state_v_first: layout of ``base`` (see above).
+        block_v: value-tile width override (power of two); default from :func:`default_launch_config`.
+        num_warps: warps per program override; default from :func:`default_launch_config`.
+        use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_gdn_decode`` (a ``triton_op`` that
+            declares its mutations, so ``torch.compile`` traces it without a graph break). ``False`` launches the
+            kernel directly.
+
+    Returns:
+        ``o`` ``[B, 1, HV, V]`` in ``q.dtype`` (a new tensor).
+
+    Raises:
+        TypeError: a wrong dtype (activations must be bf16/fp16/fp32, state buffers fp32, ``length`` int32/int64,
+            ``counter`` int32) or a non-tensor argument.
+        ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, tensors on different devices or
+            not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
+            non-unit last-dim stride on q/k/v, or a bad ``block_v``/``num_warps``.
+    """
+    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, state_v_first, block_v, num_warps)
+    K = q.shape[-1]
+    scale = float(K**-0.5 if scale is None else scale)
+    bv, nw = int(block_v or 0), int(num_warps or 0)
+    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale,
+            bool(use_qk_l2norm_in_kernel), bool(state_v_first), bv, nw)
+    if use_custom_op:
+        return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
+    return _launch(*args, _fused_deltalog_gdn_decode_kernel)

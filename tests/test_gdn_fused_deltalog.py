@@ -1,0 +1,324 @@
+"""CPU tests of the fused Triton DeltaLog GDN decode kernel, run under the Triton interpreter.
+
+The kernel is checked against ``naive_deltalog_gdn_decode`` (its executable specification) step by step, outputs and
+every buffer, and against the eager dense recurrence ``naive_recurrent_gated_delta_rule`` in float64 over several
+merge cycles. Shapes are tiny and seeds fixed; the whole module runs in well under two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # must precede any triton import (the kernel module imports triton)
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed: the fused DeltaLog kernel cannot run")
+
+from hf_deltalog.kernels.gdn import HAS_TRITON  # noqa: E402
+from hf_deltalog.kernels.gdn.fused_deltalog import (  # noqa: E402
+    OP_KIND,
+    default_launch_config,
+    fused_deltalog_gdn_decode,
+)
+from hf_deltalog.kernels.gdn.naive import (  # noqa: E402
+    naive_deltalog_gdn_decode,
+    naive_deltalog_gdn_materialize,
+    naive_recurrent_gated_delta_rule,
+)
+
+BUFFER_NAMES = ("base", "log_decay", "k_log", "u_log", "decay_log", "length")
+
+
+def make_state(B, Hk, HV, K, V, M, state_v_first, lengths, seed, length_dtype=torch.int32):
+    """DeltaLog buffers with ``lengths[b]`` live entries per row (consistent cumulative decays, normalised keys) and
+    every stale slot poisoned with NaN, so a stale read shows up as a NaN in the outputs."""
+    gen = torch.Generator().manual_seed(seed)
+    C = M - 1
+    shape = (B, HV, V, K) if state_v_first else (B, HV, K, V)
+    base = torch.randn(shape, generator=gen) * 0.5
+    log_decay = torch.zeros(B, HV)
+    nan = float("nan")
+    k_log = torch.full((B, Hk, C, K), nan)
+    u_log = torch.full((B, HV, C, V), nan)
+    decay_log = torch.full((B, HV, C), nan)
+    for b, L in enumerate(lengths):
+        assert 0 <= L <= C
+        steps = -torch.rand(HV, L + 1, generator=gen) * 0.3  # per-step log-decays g ≤ 0
+        lam = steps.cumsum(-1)  # Λ_i = ℓ̄ after step i; ℓ̄ ≤ Λ_i
+        if L:
+            decay_log[b, :, :L] = lam[:, :L]
+            k_log[b, :, :L] = torch.nn.functional.normalize(torch.randn(Hk, L, K, generator=gen), dim=-1)
+            u_log[b, :, :L] = torch.randn(HV, L, V, generator=gen) * 0.3
+        log_decay[b] = lam[:, L - 1] if L else 0.0
+    length = torch.tensor(lengths, dtype=length_dtype)
+    return [base, log_decay, k_log, u_log, decay_log, length]
+
+
+def make_inputs(B, Hk, HV, K, V, dtype, gen, gate_dtype=torch.float32):
+    q = torch.randn(B, 1, Hk, K, generator=gen).to(dtype)
+    k = torch.randn(B, 1, Hk, K, generator=gen).to(dtype)
+    v = torch.randn(B, 1, HV, V, generator=gen).to(dtype)
+    g = (-torch.rand(B, 1, HV, generator=gen) * 0.4).to(gate_dtype)
+    beta = torch.rand(B, 1, HV, generator=gen).to(gate_dtype)
+    return q, k, v, g, beta
+
+
+def assert_same_buffers(ours, ref, tag):
+    for name, x, y in zip(BUFFER_NAMES, ours, ref):
+        assert x.dtype == y.dtype and x.shape == y.shape, f"{tag}: {name} dtype/shape changed"
+        # Stale slots keep whatever they held (NaN here): the NaN pattern must match exactly.
+        assert torch.equal(x.isnan(), y.isnan()), f"{tag}: {name} NaN pattern differs"
+        if x.dtype.is_floating_point:
+            # Same fp32 math in a different summation order: a few ulps, growing slowly through merges.
+            torch.testing.assert_close(x.nan_to_num(0.0), y.nan_to_num(0.0), rtol=1e-5, atol=2e-6, msg=f"{tag}: {name}")
+        else:
+            assert torch.equal(x, y), f"{tag}: {name} {x.tolist()} != {y.tolist()}"
+
+
+# Output tolerances against the naive reference, which casts the same activations to fp32 and rounds its output to
+# q.dtype exactly like the kernel: the only difference is fp32 summation order (~1e-7) before the final rounding,
+# which can flip one rounding step, i.e. one ulp of the output dtype (bf16: 2^-8 relative, fp16: 2^-11).
+OUT_TOL = {
+    torch.float32: dict(rtol=1e-5, atol=2e-6),
+    torch.float16: dict(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+
+# (id, B, Hk, HV, K, V, M, state_v_first, dtype, block_v, initial lengths, steps)
+STEP_CASES = [
+    ("kfirst-M8", 3, 2, 4, 16, 32, 8, False, torch.float32, None, [0, 3, 7], 9),
+    ("vfirst-M8", 3, 2, 4, 16, 32, 8, True, torch.float32, None, [0, 3, 7], 9),
+    ("KneV-vfirst-M2", 3, 2, 4, 32, 16, 2, True, torch.float32, 8, [0, 1, 1], 4),
+    ("KneV-kfirst-M4", 3, 2, 4, 32, 16, 4, False, torch.float32, None, [3, 0, 2], 5),
+    ("dense-M1", 3, 2, 4, 16, 32, 1, False, torch.float32, None, [0, 0, 0], 2),
+    ("dense-M1-vfirst", 2, 1, 2, 32, 16, 1, True, torch.float32, None, [0, 0], 2),
+    ("nonpow2-G3-vfirst", 2, 2, 6, 20, 24, 4, True, torch.float32, 16, [1, 3], 5),
+    ("nonpow2-G3-kfirst", 2, 2, 6, 20, 24, 4, False, torch.float32, 16, [2, 0], 3),
+    ("M17-kfirst-BC16", 2, 1, 2, 16, 32, 17, False, torch.float32, 16, [16, 14], 4),
+    ("M17-vfirst-BC16", 2, 1, 2, 16, 32, 17, True, torch.float32, 32, [15, 16], 3),
+    ("bf16-kfirst-M2", 3, 2, 4, 16, 32, 2, False, torch.bfloat16, 32, [0, 1, 0], 3),
+    ("bf16-vfirst-M8", 3, 2, 4, 32, 16, 8, True, torch.bfloat16, 16, [6, 7, 0], 3),
+    ("fp16-vfirst-M2", 3, 2, 4, 16, 32, 2, True, torch.float16, 32, [1, 0, 1], 3),
+    ("fp16-kfirst-M8", 3, 2, 4, 32, 16, 8, False, torch.float16, 16, [7, 2, 5], 3),
+]
+
+
+@pytest.mark.parametrize(
+    "B,Hk,HV,K,V,M,state_v_first,dtype,block_v,lengths,steps", [c[1:] for c in STEP_CASES], ids=[c[0] for c in STEP_CASES]
+)
+def test_stepwise_matches_naive(B, Hk, HV, K, V, M, state_v_first, dtype, block_v, lengths, steps):
+    assert HAS_TRITON
+    ours = make_state(B, Hk, HV, K, V, M, state_v_first, lengths, seed=1)
+    ref = [t.clone() for t in ours]
+    counter = torch.zeros(B, dtype=torch.int32)
+    gen = torch.Generator().manual_seed(2)
+    for step in range(steps):
+        q, k, v, g, beta = make_inputs(B, Hk, HV, K, V, dtype, gen)
+        o = fused_deltalog_gdn_decode(q, k, v, g, beta, *ours, counter, state_v_first=state_v_first, block_v=block_v)
+        o_ref = naive_deltalog_gdn_decode(q, k, v, g, beta, *ref, state_v_first=state_v_first)
+        tag = f"step {step}"
+        assert o.dtype == dtype and o.shape == (B, 1, HV, V), tag
+        assert torch.isfinite(o).all(), f"{tag}: non-finite output (a stale NaN slot leaked?)"
+        torch.testing.assert_close(o.float(), o_ref.float(), **OUT_TOL[dtype], msg=tag)
+        assert_same_buffers(ours, ref, tag)
+        assert torch.equal(counter, torch.zeros_like(counter)), f"{tag}: counter not reset: {counter.tolist()}"
+
+
+def test_options_int64_length_scale_no_l2norm_gate_dtypes():
+    """int64 length, an explicit scale, use_qk_l2norm_in_kernel=False, bf16/fp64 gates and strided activations."""
+    B, Hk, HV, K, V, M = 3, 1, 3, 16, 16, 3
+    ours = make_state(B, Hk, HV, K, V, M, False, [2, 0, 1], seed=3, length_dtype=torch.int64)
+    ref = [t.clone() for t in ours]
+    counter = torch.zeros(B, dtype=torch.int32)
+    gen = torch.Generator().manual_seed(4)
+    for step, gate_dtype in enumerate((torch.bfloat16, torch.float64, torch.float16)):
+        q, k, v, g, beta = make_inputs(B, Hk, HV, K, V, torch.float32, gen, gate_dtype)
+        q, k = q * 0.2, k * 0.2  # unnormalised keys: keep the state bounded
+        # q and k as non-contiguous views of one fused projection, as a model produces them.
+        qk = torch.cat([q, k], dim=-1)
+        q, k = qk[..., :K], qk[..., K:]
+        assert not q.is_contiguous()
+        kw = dict(scale=0.3, use_qk_l2norm_in_kernel=False)
+        o = fused_deltalog_gdn_decode(q, k, v, g, beta, *ours, counter, **kw)
+        o_ref = naive_deltalog_gdn_decode(q, k, v, g, beta, *ref, **kw)
+        torch.testing.assert_close(o, o_ref, **OUT_TOL[torch.float32])
+        assert_same_buffers(ours, ref, f"step {step}")
+        assert counter.eq(0).all()
+
+
+# Against the dense recurrence in float64: the kernel runs fp32 arithmetic, so errors are ~1e-7 per step and stay
+# well below 1e-5 relative over a few cycles; bf16 activations are fed to the reference as the same bf16 values, so the
+# only extra error there is the bf16 rounding of the output (≤ 2^-9 relative, checked against the output's max).
+ROLLOUT_TOL = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (8e-3, 2e-5), torch.float16: (2e-3, 2e-5)}
+
+
+@pytest.mark.parametrize(
+    "M,state_v_first,dtype",
+    [
+        (1, False, torch.float32),
+        (2, True, torch.float32),
+        (8, False, torch.float32),
+        (8, True, torch.float32),
+        (8, True, torch.bfloat16),
+        (2, False, torch.float16),
+    ],
+)
+def test_rollout_matches_fp64_recurrence(M, state_v_first, dtype):
+    B, Hk, HV, K, V = 2, 1, 2, 16, 16
+    C = M - 1
+    lengths = [0, C // 2]  # rows out of phase from the first step
+    ours = make_state(B, Hk, HV, K, V, M, state_v_first, lengths, seed=5)
+    S = naive_deltalog_gdn_materialize(*[t.double() if t.is_floating_point() else t for t in ours], state_v_first=state_v_first)
+    counter = torch.zeros(B, dtype=torch.int32)
+    gen = torch.Generator().manual_seed(6)
+    steps = 3 * M + 1  # ≥ 3 merge cycles for every row
+    out_tol, state_tol = ROLLOUT_TOL[dtype]
+    merges = torch.zeros(B, dtype=torch.int64)
+    for step in range(steps):
+        q, k, v, g, beta = make_inputs(B, Hk, HV, K, V, dtype, gen)
+        merges += (ours[5] >= C).long()
+        o = fused_deltalog_gdn_decode(q, k, v, g, beta, *ours, counter, state_v_first=state_v_first, block_v=16)
+        o_ref, S = naive_recurrent_gated_delta_rule(
+            q.double(), k.double(), v.double(), g.double(), beta.double(),
+            initial_state=S, output_final_state=True, use_qk_l2norm_in_kernel=True,
+        )
+        err_o = (o.double() - o_ref).abs().max() / o_ref.abs().max()
+        assert err_o < out_tol, f"step {step}: output relative error {err_o:.2e}"
+        S_ours = naive_deltalog_gdn_materialize(*ours, state_v_first=state_v_first).double()
+        err_s = (S_ours - S).abs().max() / S.abs().max()
+        assert err_s < state_tol, f"step {step}: state relative error {err_s:.2e}"
+        assert counter.eq(0).all()
+    assert (merges >= 3).all(), f"expected ≥ 3 merges per row, got {merges.tolist()}"
+
+
+def test_stale_slots_never_leak():
+    """Stale slots full of NaN/inf, rows at every phase: outputs and live state stay finite and exact."""
+    B, Hk, HV, K, V, M = 4, 1, 2, 16, 16, 4
+    C = M - 1
+    ours = make_state(B, Hk, HV, K, V, M, False, [0, 1, 2, 3], seed=7)
+    for t in ours[2:5]:
+        t[t.isnan()] = float("inf")  # +inf times a zero weight would be NaN too
+    ref = [t.clone() for t in ours]
+    counter = torch.zeros(B, dtype=torch.int32)
+    gen = torch.Generator().manual_seed(8)
+    for step in range(2):
+        q, k, v, g, beta = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
+        o = fused_deltalog_gdn_decode(q, k, v, g, beta, *ours, counter, block_v=16)
+        o_ref = naive_deltalog_gdn_decode(q, k, v, g, beta, *ref)
+        assert torch.isfinite(o).all()
+        torch.testing.assert_close(o, o_ref, **OUT_TOL[torch.float32])
+        assert torch.isfinite(naive_deltalog_gdn_materialize(*ours)).all()
+        assert torch.isfinite(ours[0]).all()
+    assert ours[5].tolist() == [2, 3, 0, 1]  # rows 2 and 3 merged once (L = C), the others appended twice
+    assert C == 3
+
+
+def test_custom_op_plain_entry_and_compile():
+    """Plain launch == registered op; torch.compile(fullgraph=True) traces the op without a graph break; opcheck."""
+    B, Hk, HV, K, V, M = 2, 1, 2, 16, 16, 3
+    a = make_state(B, Hk, HV, K, V, M, True, [2, 0], seed=9)
+    b = [t.clone() for t in a]
+    c = [t.clone() for t in a]
+    ca, cb, cc = (torch.zeros(B, dtype=torch.int32) for _ in range(3))
+    gen = torch.Generator().manual_seed(10)
+    compiled = torch.compile(
+        lambda *args: fused_deltalog_gdn_decode(*args, state_v_first=True), fullgraph=True, backend="aot_eager"
+    )
+    for step in range(3):
+        x = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
+        o_a = fused_deltalog_gdn_decode(*x, *a, ca, state_v_first=True, use_custom_op=False)
+        o_b = fused_deltalog_gdn_decode(*x, *b, cb, state_v_first=True)
+        o_c = compiled(*x, *c, cc)
+        assert torch.equal(o_a, o_b) and torch.equal(o_a, o_c)
+        for name, ta, tb, tc in zip(BUFFER_NAMES, a, b, c):
+            assert torch.equal(ta.nan_to_num(7.0), tb.nan_to_num(7.0)), f"step {step}: {name} (op)"
+            assert torch.equal(ta.nan_to_num(7.0), tc.nan_to_num(7.0)), f"step {step}: {name} (compiled)"
+        assert ca.eq(0).all() and cb.eq(0).all() and cc.eq(0).all()
+    x = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
+    args = (*x, *[t.nan_to_num(0.0) for t in a], ca, K**-0.5, True, True, 16, 0)
+    result = torch.library.opcheck(torch.ops.hf_deltalog.fused_deltalog_gdn_decode, args)
+    assert all(v == "SUCCESS" for v in result.values()), result
+    assert OP_KIND == "custom_op"  # the interpreter cannot trace wrap_triton; GPUs get the triton_op form
+
+
+def test_default_launch_config():
+    assert default_launch_config(256, 16, 128, 128) == (32, 4)  # wide tile at large batch
+    assert default_launch_config(1, 16, 128, 128) == (8, 1)  # narrow tiles, more programs at B = 1
+    for B in (1, 3, 64, 512):
+        for K, V in ((16, 32), (64, 64), (128, 128), (256, 128), (20, 24)):
+            bv, nw = default_launch_config(B, 2, K, V)
+            vmax = 1 << (V - 1).bit_length()
+            assert (bv & (bv - 1)) == 0 and min(8, vmax) <= bv <= vmax and nw in (1, 2, 4), (B, K, V, bv, nw)
+
+
+def _good_args(B=2, Hk=1, HV=2, K=16, V=16, M=3):
+    gen = torch.Generator().manual_seed(11)
+    x = list(make_inputs(B, Hk, HV, K, V, torch.float32, gen))
+    bufs = make_state(B, Hk, HV, K, V, M, False, [0, 1], seed=12)
+    return x + bufs + [torch.zeros(B, dtype=torch.int32)]
+
+
+def _set(i, fn):
+    def mutate(args, kw):
+        args[i] = fn(args[i])
+
+    return mutate
+
+
+def _kw(**extra):
+    def mutate(args, kw):
+        kw.update(extra)
+
+    return mutate
+
+
+# Indices into the positional arguments: q k v g beta base log_decay k_log u_log decay_log length counter.
+BAD_INPUTS = [
+    ("q-3d", _set(0, lambda t: t[:, 0]), ValueError, "q and k must both be"),
+    ("k-shape", _set(1, lambda t: torch.cat([t, t], dim=-1)), ValueError, "q and k must both be"),
+    ("T=2", lambda a, kw: [a.__setitem__(i, torch.cat([a[i], a[i]], 1)) for i in range(5)], ValueError, "T = 1"),
+    ("v-rows", _set(2, lambda t: t[:1]), ValueError, "v must be"),
+    ("gqa", lambda a, kw: [a.__setitem__(i, torch.cat([a[i]] * 4, 2)) for i in (0, 1)], ValueError, "multiple of the key"),
+    ("g-shape", _set(3, lambda t: t[:, 0]), ValueError, "g must be"),
+    ("beta-shape", _set(4, lambda t: t[..., :1]), ValueError, "beta must be"),
+    ("vfirst-square-accepted", _kw(state_v_first=True), None, None),  # K = V: both layouts share a shape
+    ("base-shape", _set(5, lambda t: t[..., :8].contiguous()), ValueError, "base must be"),
+    ("k_log-shape", _set(7, lambda t: t[:, :, :, :8].contiguous()), ValueError, "k_log must have shape"),
+    ("u_log-C", _set(8, lambda t: t[:, :, :1].contiguous()), ValueError, "u_log must have shape"),
+    ("decay_log-shape", _set(9, lambda t: t[..., None]), ValueError, "decay_log must have shape"),
+    ("length-shape", _set(10, lambda t: t[:1]), ValueError, "length must have shape"),
+    ("counter-shape", _set(11, lambda t: t[:1]), ValueError, "counter must have shape"),
+    ("q-fp64", lambda a, kw: [a.__setitem__(i, a[i].double()) for i in (0, 1)], TypeError, "bfloat16, float16 or float32"),
+    ("qk-dtypes", _set(1, lambda t: t.half()), TypeError, "same dtype"),
+    ("v-int", _set(2, lambda t: t.int()), TypeError, "v must be"),
+    ("g-int", _set(3, lambda t: t.int()), TypeError, "g must be a floating dtype"),
+    ("base-fp64", _set(5, lambda t: t.double()), TypeError, "base must be float32"),
+    ("u_log-bf16", _set(8, lambda t: t.bfloat16()), TypeError, "u_log must be float32"),
+    ("length-float", _set(10, lambda t: t.float()), TypeError, "length must be int32 or int64"),
+    ("counter-int64", _set(11, lambda t: t.long()), TypeError, "counter must be int32"),
+    ("not-tensor", _set(3, lambda t: t.tolist()), TypeError, "g must be a torch.Tensor"),
+    ("base-noncontig", _set(5, lambda t: t.transpose(-1, -2).contiguous().transpose(-1, -2)), ValueError, "contiguous"),
+    ("v-stride", _set(2, lambda t: torch.cat([t, t], -1)[..., ::2]), ValueError, "unit stride"),
+    ("device", _set(5, lambda t: t.to("meta")), ValueError, "one device"),
+    ("block_v", _kw(block_v=12), ValueError, "block_v"),
+    ("num_warps", _kw(num_warps=3), ValueError, "num_warps"),
+]
+
+
+@pytest.mark.parametrize("mutate,exc,match", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])
+def test_launcher_errors(mutate, exc, match):
+    args, kw = _good_args(), {}
+    mutate(args, kw)
+    if exc is None:
+        fused_deltalog_gdn_decode(*args, **kw)  # accepted
+        return
+    with pytest.raises(exc, match=match):
+        fused_deltalog_gdn_decode(*args, **kw)
+
+
+def test_cpu_requires_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="CUDA device"):
+        fused_deltalog_gdn_decode(*_good_args())
