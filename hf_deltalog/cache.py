@@ -18,6 +18,7 @@ materialised state and restart the log from the dense state it returns. Attentio
 
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any, Callable
 
@@ -31,6 +32,28 @@ from hf_deltalog.patches.registry import FamilySpec, _resolve, patch
 __all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
 
 BACKENDS = ("auto", "torch", "triton")
+MAX_MERGE_INTERVAL = 1024  # the log is replayed every step: far beyond a few dozen entries it only slows decoding
+
+
+class _Status:
+    """State shared by a cache and its layers: why the cache is unusable, if a rejected call left it half-updated."""
+
+    __slots__ = ("broken",)
+
+    def __init__(self) -> None:
+        self.broken: str | None = None
+
+    def reject(self, message: str) -> ValueError:
+        """Record that a forward was refused part-way (earlier layers may already have advanced) and build the error."""
+        self.broken = message
+        return ValueError(message)
+
+    def check(self) -> None:
+        if self.broken is not None:
+            raise ValueError(
+                "this DeltaLogCache was left inconsistent by a call it refused part-way through a forward (some layers "
+                f"had already advanced): {self.broken}. Call cache.reset() to start over"
+            )
 
 
 def _triton_decode() -> Callable | None:
@@ -63,6 +86,7 @@ class DeltaLogState:
         return self.layer.materialize()
 
     def to(self, *args: Any, **kwargs: Any) -> DeltaLogState:
+        self.layer.status.broken = "its state reached a recurrence that hf_deltalog has not bound"
         raise RuntimeError(
             "a DeltaLogState reached a recurrence that hf_deltalog has not bound (was hf_deltalog.unpatch() called, or "
             "is the model of a family DeltaLogCache does not support?); call hf_deltalog.patch() or use another cache"
@@ -89,8 +113,9 @@ class DeltaLogLayer(LinearAttentionLayer):
     is_compileable = False
 
     def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
-                 layer_idx: int, number_of_states: int = 1):
+                 layer_idx: int, number_of_states: int = 1, status: _Status | None = None):
         super().__init__(number_of_states=number_of_states)
+        self.status = status if status is not None else _Status()
         self.spec = spec
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
         self.merge_interval = merge_interval
@@ -116,10 +141,8 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.requested_backend == "torch":
             return "torch"
         if self.requested_backend == "triton":
-            if kernel is None:
-                raise ValueError("backend='triton' needs triton and hf_deltalog's Triton kernel; use backend='torch'")
             if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
-                raise ValueError(
+                raise self.status.reject(
                     f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
                     "triton is imported; use backend='torch' on the CPU"
                 )
@@ -163,11 +186,20 @@ class DeltaLogLayer(LinearAttentionLayer):
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
                           **kwargs) -> torch.Tensor:
         current = self.conv_states[state_idx]
-        if self.has_previous_state[state_idx] and current is not None and current.shape[0] != conv_states.shape[0]:
-            raise ValueError(
-                f"DeltaLogCache layer {self.layer_idx} holds {current.shape[0]} rows but the model passed "
-                f"{conv_states.shape[0]}; call cache.reset() (or build a new DeltaLogCache) before a batch of another size"
-            )
+        if self.has_previous_state[state_idx] and current is not None:
+            if current.shape[0] != conv_states.shape[0]:
+                raise self.status.reject(
+                    f"layer {self.layer_idx} holds {current.shape[0]} rows but the model passed {conv_states.shape[0]}; "
+                    "call cache.reset() (or build a new DeltaLogCache) before a batch of another size"
+                )
+            if current.shape[1] != conv_states.shape[1]:
+                raise self.status.reject(
+                    f"layer {self.layer_idx} holds conv states of {current.shape[1]} channels but the model passed "
+                    f"{conv_states.shape[1]}: the cache belongs to a model with another configuration"
+                )
+        elif current is not None and self.is_conv_states_initialized[state_idx] and current.shape[:-1] != \
+                conv_states.shape[:-1]:
+            self.is_conv_states_initialized[state_idx] = False  # after reset(): a batch of another size reallocates
         if state_idx == 0:
             self._pending += conv_states.shape[-1]
         return super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
@@ -179,7 +211,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
         if isinstance(recurrent_states, DeltaLogState):
             if recurrent_states is not self.handle:
-                raise ValueError(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
+                raise self.status.reject(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
             self._seen += self._pending or 1
             self._pending = 0
             return self.handle
@@ -187,7 +219,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             raise TypeError(f"recurrent state must be a tensor or a DeltaLogState; got {type(recurrent_states)}")
         expected = (self.num_v_heads, self.k_head_dim, self.v_head_dim)
         if recurrent_states.dim() != 4 or tuple(recurrent_states.shape[1:]) != expected:
-            raise ValueError(
+            raise self.status.reject(
                 f"layer {self.layer_idx}: the model produced a recurrent state of shape {tuple(recurrent_states.shape)}, "
                 f"but this DeltaLogCache was built for [B, HV, K, V] = [B, {', '.join(map(str, expected))}]: it belongs "
                 "to a model with another configuration"
@@ -219,22 +251,22 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     def _check_call(self, spec: FamilySpec, query: torch.Tensor, value: torch.Tensor) -> None:
         if spec.model_type != self.spec.model_type:
-            raise ValueError(
+            raise self.status.reject(
                 f"this DeltaLogCache was built for model_type {self.spec.model_type!r} but is used by a "
                 f"{spec.model_type!r} model; build the cache from the model that uses it"
             )
         if self.base is None:
-            raise ValueError(f"layer {self.layer_idx} has no recurrent state yet (prefill did not complete)")
+            raise self.status.reject(f"layer {self.layer_idx} has no recurrent state yet (prefill did not complete)")
         if (query.shape[2], query.shape[3], value.shape[2], value.shape[3]) != (
             self.num_k_heads, self.k_head_dim, self.num_v_heads, self.v_head_dim
         ):
-            raise ValueError(
+            raise self.status.reject(
                 f"layer {self.layer_idx}: q {tuple(query.shape)} / v {tuple(value.shape)} do not match the cache's "
                 f"Hk={self.num_k_heads}, K={self.k_head_dim}, HV={self.num_v_heads}, V={self.v_head_dim}: the cache "
                 "belongs to a model with another configuration"
             )
         if query.shape[0] != self.base.shape[0]:
-            raise ValueError(
+            raise self.status.reject(
                 f"layer {self.layer_idx}: the cache holds {self.base.shape[0]} rows but the model passed "
                 f"{query.shape[0]}; call cache.reset() (or build a new DeltaLogCache) before a batch of another size"
             )
@@ -391,10 +423,18 @@ def _config_of(model_or_config: Any) -> PretrainedConfig:
 def _check_merge_interval(value: Any, default: int) -> int:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"merge_interval must be an integer >= 1 (or None for the default {default}); got {value!r}")
-    if value < 1:
-        raise ValueError(f"merge_interval must be an integer >= 1 (1 = eager dense decoding); got {value}")
+    try:
+        if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.is_floating_point()):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"merge_interval must be an integer >= 1 (or None for the default {default}); got {value!r}"
+        ) from None
+    if not 1 <= value <= MAX_MERGE_INTERVAL:
+        raise ValueError(
+            f"merge_interval must be an integer in [1, {MAX_MERGE_INTERVAL}] (1 = eager dense decoding); got {value}"
+        )
     return value
 
 
@@ -422,8 +462,8 @@ class DeltaLogCache(DynamicCache):
             spec = _resolve(model_type)
         except ValueError:
             raise ValueError(
-                f"{model_type!r} models have no linear-attention layer that DeltaLogCache supports; supported "
-                f"model types: {', '.join(sorted(_supported()))}"
+                f"DeltaLogCache does not support {model_type!r} models (it serves Gated DeltaNet layers of the model "
+                f"types {', '.join(sorted(_supported()))})"
             ) from None
         layer_types = list(getattr(config, "layer_types", None) or [])
         if "linear_attention" not in layer_types:
@@ -433,15 +473,20 @@ class DeltaLogCache(DynamicCache):
             )
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        if backend == "triton" and _triton_decode() is None:
+            raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
+                             "use backend='auto' or 'torch'")
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type
         super().__init__(config=config)
         dims = spec.dims(config)
+        self._status = _Status()
         for i, (layer, kind) in enumerate(zip(self.layers, layer_types)):
             if kind == "linear_attention" and isinstance(layer, LinearAttentionLayer):
                 self.layers[i] = DeltaLogLayer(spec, dims, self.merge_interval, backend, layer_idx=i,
-                                               number_of_states=layer.number_of_states)
+                                               number_of_states=layer.number_of_states, status=self._status)
+        self._fingerprint = (spec.model_type, tuple(layer_types), dims)
         self._ledger: torch.Tensor | None = None
         # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that
         # recognises it and says so, not an upstream kernel.
@@ -452,34 +497,73 @@ class DeltaLogCache(DynamicCache):
     def deltalog_layers(self) -> list[DeltaLogLayer]:
         return [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
 
-    def _layer(self, layer_idx: int):
+    def _layer(self, layer_idx: int, in_forward: bool = True):
+        if in_forward:
+            self._status.check()
         if not 0 <= layer_idx < len(self.layers):
-            raise ValueError(
-                f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} config "
-                f"with {len(self.layers)} layers; build the cache from the model that uses it"
-            )
+            message = (f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} "
+                       f"config with {len(self.layers)} layers; build the cache from the model that uses it")
+            raise self._status.reject(message) if in_forward else ValueError(message)
         return self.layers[layer_idx]
+
+    def _check_model(self, model: Any) -> None:
+        """Raise ValueError (changing nothing) unless ``model`` has the configuration this cache was built for."""
+        config = getattr(model, "config", None)
+        if config is None:
+            return
+        text = config.get_text_config(decoder=True)
+        try:
+            spec = _resolve(getattr(text, "model_type", None))
+            theirs = (spec.model_type, tuple(getattr(text, "layer_types", None) or ()), spec.dims(text))
+        except (ValueError, AttributeError):
+            theirs = (getattr(text, "model_type", None),)
+        if theirs != self._fingerprint:
+            raise ValueError(
+                f"this DeltaLogCache was built for a {self.model_type!r} model with layer_types "
+                f"{list(self._fingerprint[1])} and (Hk, HV, K, V) = {self._fingerprint[2]}, but generate was called "
+                f"on a {getattr(text, 'model_type', None)!r} model with another configuration; build the cache from "
+                "the model that uses it"
+            )
 
     def _has_attention(self) -> bool:
         return any(isinstance(layer, CacheLayerMixin) for layer in self.layers)
 
     # ------------------------------------------------------------------ state access (what the models call)
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        layer = self._layer(layer_idx)
+        if isinstance(layer, DeltaLogLayer):
+            raise self._status.reject(
+                f"the model treats layer {layer_idx} as an attention layer, but this DeltaLogCache was built for a "
+                f"config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
+            )
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
-        self._layer(layer_idx)
+        self._require_linear(layer_idx)
         return super().get_conv_state(layer_idx, state_idx)
+
+    def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
+        self._require_linear(layer_idx)
+        return super().update_conv_state(conv_states, layer_idx, state_idx, **kwargs)
+
+    def _require_linear(self, layer_idx: int) -> DeltaLogLayer:
+        layer = self._layer(layer_idx)
+        if not isinstance(layer, DeltaLogLayer):
+            raise self._status.reject(
+                f"the model treats layer {layer_idx} as linear attention, but this DeltaLogCache was built for a "
+                f"config whose layer {layer_idx} is a {type(layer).__name__}; build the cache from the model that uses it"
+            )
+        return layer
 
     def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> DeltaLogState | torch.Tensor | None:
         """The layer's :class:`DeltaLogState` once it holds a state (None before prefill)."""
-        layer = self._layer(layer_idx)
-        if isinstance(layer, DeltaLogLayer):
-            if state_idx != 0:
-                raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
-            return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
-        return super().get_recurrent_state(layer_idx, state_idx)
+        layer = self._require_linear(layer_idx)
+        if state_idx != 0:
+            raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+        return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
 
     def update_recurrent_state(self, recurrent_states: Any, layer_idx: int, state_idx: int = 0, **kwargs) -> Any:
-        self._layer(layer_idx)
-        return super().update_recurrent_state(recurrent_states, layer_idx, state_idx, **kwargs)
+        return self._require_linear(layer_idx).update_recurrent_state(recurrent_states, state_idx, **kwargs)
 
     def materialize(self, layer_idx: int) -> torch.Tensor:
         """Dense logical state of linear-attention layer ``layer_idx``: ``[B, HV, K, V]`` fp32 (a new tensor).
@@ -487,7 +571,7 @@ class DeltaLogCache(DynamicCache):
         Raises:
             ValueError: not a DeltaLog layer, or no state yet.
         """
-        layer = self._layer(layer_idx)
+        layer = self._layer(layer_idx, in_forward=False)
         if not isinstance(layer, DeltaLogLayer):
             raise ValueError(f"layer {layer_idx} is a {type(layer).__name__}, not a linear-attention layer")
         return layer.materialize()
@@ -546,8 +630,24 @@ class DeltaLogCache(DynamicCache):
             self._ledger = self._ledger[:, :tokens_to_remove]
 
     def reset(self) -> None:
+        """Forget every token (a batch of another size may follow); buffers of an unchanged batch keep their addresses."""
         super().reset()
         self._ledger = None
+        self._status.broken = None
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``)."""
+        if isinstance(beam_idx, (list, tuple)):
+            beam_idx = torch.tensor(beam_idx)
+        if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.is_floating_point() or \
+                beam_idx.dtype == torch.bool:
+            raise TypeError(f"beam_idx must be a 1-D integer tensor of row indices; got {beam_idx!r}")
+        rows = self.batch_size
+        if rows != -1 and beam_idx.shape[0] != rows:
+            raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
+        super().reorder_cache(beam_idx)
+        if self._ledger is not None:
+            self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         super().batch_repeat_interleave(repeats)
@@ -566,6 +666,7 @@ class DeltaLogCache(DynamicCache):
         (ids that start with the tokens the cache consumed, checked when the cache last advanced through
         ``generate``) or only the new tokens with an attention mask over cached and new ones. Otherwise: ValueError.
         """
+        self._status.check()
         held = self.get_seq_length()
         if held == 0 or input_ids is None:
             return

@@ -1,5 +1,6 @@
 """DeltaLogCache's Cache API: lifecycle, batch operations, crop, lengths, memory, and errors on bad input."""
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -46,13 +47,18 @@ def test_layer_dims_and_default_merge_interval():
         GDN["linear_value_head_dim"])
 
 
-@pytest.mark.parametrize("bad", [0, -3])
-def test_merge_interval_below_one(bad):
-    with pytest.raises(ValueError, match="merge_interval must be an integer >= 1"):
+@pytest.mark.parametrize("bad", [0, -3, 1025])
+def test_merge_interval_out_of_range(bad):
+    with pytest.raises(ValueError, match=r"merge_interval must be an integer in \[1, 1024\]"):
         DeltaLogCache(tiny_model("qwen3_5"), merge_interval=bad)
 
 
-@pytest.mark.parametrize("bad", ["8", 2.5, True])
+@pytest.mark.parametrize("good", [np.int64(4), torch.tensor(4)])
+def test_merge_interval_accepts_integer_likes(good):
+    assert DeltaLogCache(tiny_model("qwen3_5"), merge_interval=good).merge_interval == 4
+
+
+@pytest.mark.parametrize("bad", ["8", 2.5, True, torch.tensor(4.0)])
 def test_merge_interval_not_an_integer(bad):
     with pytest.raises(TypeError, match="merge_interval must be an integer >= 1"):
         DeltaLogCache(tiny_model("qwen3_5"), merge_interval=bad)
@@ -66,7 +72,7 @@ def test_unknown_backend():
 def test_model_without_supported_linear_attention():
     llama = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                      num_attention_heads=2)
-    with pytest.raises(ValueError, match="'llama' models have no linear-attention layer that DeltaLogCache supports"):
+    with pytest.raises(ValueError, match="DeltaLogCache does not support 'llama' models"):
         DeltaLogCache(llama)
     attention_only = family_config("qwen3_5", layer_types=["full_attention"] * 4)
     with pytest.raises(ValueError, match="no 'linear_attention' layer"):
@@ -77,12 +83,26 @@ def test_model_without_supported_linear_attention():
 
 def test_cache_of_another_model_is_rejected():
     ids = prompt_ids(2, 5)
-    # Another family with the same shapes.
+    # Another family with the same shapes, through forward: refused part-way, so the cache refuses all further use
+    # until reset() (the conv state of layer 0 had already advanced).
+    qwen, olmo = tiny_model("qwen3_5"), tiny_model("olmo_hybrid")
+    cache = DeltaLogCache(qwen)
+    forward(qwen, ids, cache)
     with pytest.raises(ValueError, match="built for model_type 'qwen3_5_text' but is used by a 'olmo_hybrid' model"):
-        cache = DeltaLogCache(tiny_model("qwen3_5"))
-        model = tiny_model("olmo_hybrid")
-        forward(model, ids, cache)
-        forward(model, ids[:, :1], cache)
+        forward(olmo, ids[:, :1], cache)
+    with pytest.raises(ValueError, match="left inconsistent by a call it refused part-way"):
+        forward(qwen, ids[:, :1], cache)
+    cache.reset()
+    assert max_abs(forward(qwen, ids, cache), forward(qwen, ids, DeltaLogCache(qwen))) == 0
+    # Through generate the configuration is checked first and nothing changes.
+    state = cache.materialize(0)
+    with pytest.raises(ValueError, match="generate was called on a 'olmo_hybrid' model with another configuration"):
+        olmo.generate(torch.cat([ids, ids[:, :2]], 1), cache=cache, max_new_tokens=2)
+    assert torch.equal(cache.materialize(0), state) and cache.get_seq_length() == 5
+    # Layer kinds in another order.
+    swapped = family_config("qwen3_5", layer_types=["full_attention", "linear_attention"] * 2)
+    with pytest.raises(ValueError, match="treats layer 0 as linear attention, but .* layer 0 is a DynamicLayer"):
+        forward(qwen, ids, DeltaLogCache(swapped))
     # Same family, other head dims: caught at the prefill's state hand-over.
     other = family_config("qwen3_5", linear_value_head_dim=32)
     with pytest.raises(ValueError, match="belongs to a model with another configuration"):
@@ -93,14 +113,18 @@ def test_cache_of_another_model_is_rejected():
         forward(tiny_model("qwen3_5"), ids, DeltaLogCache(short))
 
 
-def test_batch_size_mismatch():
+def test_batch_size_mismatch_then_reset_to_another_batch():
     model = tiny_model("qwen3_5")
     cache = DeltaLogCache(model)
     forward(model, prompt_ids(2, 5), cache)
-    with pytest.raises(ValueError, match="holds 2 rows but the model passed 3"):
-        forward(model, prompt_ids(3, 4), cache)
     with pytest.raises(ValueError, match="holds 2 rows but generate was given 3"):
         model.generate(prompt_ids(3, 9), cache=cache, max_new_tokens=2)
+    with pytest.raises(ValueError, match="holds 2 rows but the model passed 3"):
+        forward(model, prompt_ids(3, 4), cache)
+    cache.reset()  # as the message says: then a batch of another size works
+    ids = prompt_ids(3, 6, seed=2)
+    out = model.generate(ids, cache=cache, max_new_tokens=6, do_sample=False)
+    assert torch.equal(out, model.generate(ids, max_new_tokens=6, do_sample=False))
 
 
 # ---------------------------------------------------------------------------------------------- reuse
@@ -162,6 +186,35 @@ def test_pure_linear_attention_config():
 
 
 # ---------------------------------------------------------------------------------------------- batch ops
+def test_reorder_cache_keeps_the_generate_check_in_step():
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(3, 5)
+    cache, dense = DeltaLogCache(model), DynamicCache(config=model.config)
+    out = model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False)
+    model.generate(ids, cache=dense, max_new_tokens=4, do_sample=False)
+    idx = torch.tensor([2, 2, 0])
+    cache.reorder_cache(idx)
+    dense.reorder_cache(idx)
+    follow = torch.cat([out[idx], prompt_ids(3, 2, seed=9)], dim=1)
+    assert torch.equal(model.generate(follow, cache=cache, max_new_tokens=4, do_sample=False),
+                       model.generate(follow, cache=dense, max_new_tokens=4, do_sample=False))
+    cache.reorder_cache(torch.tensor([1, 0, 2]))
+    stale = torch.cat([model.generate(follow, max_new_tokens=4, do_sample=False)[:, :-1],
+                       prompt_ids(3, 2, seed=10)], dim=1)  # the rows in their order before this reorder
+    with pytest.raises(ValueError, match="differ from the .* tokens this DeltaLogCache consumed"):
+        model.generate(stale, cache=cache, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("bad, error", [([0.5, 1.0], TypeError), (torch.tensor([[0, 1]]), TypeError),
+                                        (torch.tensor([True, False]), TypeError), (torch.tensor([0]), ValueError)])
+def test_reorder_cache_rejects_bad_indices(bad, error):
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    forward(model, prompt_ids(2, 5), cache)
+    with pytest.raises(error, match="beam_idx"):
+        cache.reorder_cache(bad)
+
+
 def test_reorder_cache_gathers_everything():
     model = tiny_model("qwen3_5")
     ids = prompt_ids(3, 5)

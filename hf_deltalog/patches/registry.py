@@ -156,6 +156,7 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         cache = kwargs.get("cache", kwargs.get("past_key_values", kwargs.get("cache_params")))
         if not isinstance(cache, DeltaLogCache):
             return upstream(self, inputs, *args, **kwargs)
+        cache._check_model(self)
         cache._before_generate(inputs if inputs is not None else kwargs.get("input_ids"), kwargs.get("attention_mask"))
         out = upstream(self, inputs, *args, **kwargs)
         cache._after_generate(out)
@@ -221,7 +222,7 @@ def unpatch() -> None:
     """Restore every upstream function that :func:`patch` replaced. Idempotent.
 
     A :class:`~hf_deltalog.DeltaLogCache` built afterwards patches again; one built before cannot be used for decoding
-    until then (its handle reaches the upstream kernel, which rejects it with a TypeError).
+    until then (its state reaches the upstream recurrence, which raises a RuntimeError saying so).
     """
     with _LOCK:
         for model_type, originals in list(_ORIGINALS.items()):
