@@ -228,6 +228,8 @@ def make_inputs(torch, s: Shape, dtype, device, gen):
 
 
 def make_deltalog_set(torch, s: Shape, M: int, v_first: bool, device, gen):
+    from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace
+
     C = M - 1
     shape = (s.B, s.HV, s.V, s.K) if v_first else (s.B, s.HV, s.K, s.V)
     base = (torch.randn(shape, generator=gen) * 0.05).to(device)
@@ -238,14 +240,13 @@ def make_deltalog_set(torch, s: Shape, M: int, v_first: bool, device, gen):
         u_log=torch.zeros(s.B, s.HV, C, s.V, device=device),
         decay_log=torch.zeros(s.B, s.HV, C, device=device),
         length=torch.zeros(s.B, dtype=torch.int32, device=device),
-        counter=torch.zeros(s.B, dtype=torch.int32, device=device),
+        workspace=deltalog_gdn_workspace(s.B, s.Hk, s.HV, s.K, C, device),
     )
 
 
 def reset_deltalog_set(st):
     st["length"].zero_()
     st["log_decay"].zero_()
-    st["counter"].zero_()
 
 
 def n_sets(s: Shape, l2_bytes: int, max_sets: int) -> int:
@@ -302,7 +303,7 @@ def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, block_v=None, n
         st = sets[r]
         return lambda: fused_deltalog_gdn_decode(
             *inputs[r], st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"], st["length"],
-            st["counter"], state_v_first=v_first, block_v=block_v, num_warps=num_warps, use_custom_op=False,
+            st["workspace"], state_v_first=v_first, block_v=block_v, num_warps=num_warps, use_custom_op=False,
         )
 
     steps = [step(r) for r in range(R)]
@@ -428,7 +429,7 @@ def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
             outs = []
             for t in range(steps):
                 outs.append(fused_deltalog_gdn_decode(*xs[t], st["base"], st["log_decay"], st["k_log"], st["u_log"],
-                                                      st["decay_log"], st["length"], st["counter"],
+                                                      st["decay_log"], st["length"], st["workspace"],
                                                       state_v_first=v_first))
             S = naive_deltalog_gdn_materialize(st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"],
                                                st["length"], state_v_first=v_first)
@@ -655,6 +656,10 @@ def parse_args(argv=None):
     p.add_argument("--block-v", type=int, default=None, help="override the kernel's BV")
     p.add_argument("--num-warps", type=int, default=None, help="override the kernel's num_warps")
     p.add_argument("--tune", action="store_true", help="also sweep BV x num_warps for ours at M=8 (B in {1, 64, 512})")
+    p.add_argument("--tune-batches", type=int, nargs="*", default=[1, 64, 512])
+    p.add_argument("--tune-block-v", type=int, nargs="*", default=[8, 16, 32, 64])
+    p.add_argument("--tune-warps", type=int, nargs="*", default=[1, 2, 4, 8])
+    p.add_argument("--tune-layouts", nargs="*", default=["KV", "VK"], choices=["KV", "VK"])
     p.add_argument("--no-numerics", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
     return p.parse_args(argv)
@@ -778,12 +783,12 @@ def main(argv=None):
 
     if args.tune:
         result["tune"] = []
-        for B in [b for b in (1, 64, 512) if not args.cpu_smoke] or [1]:
+        for B in [b for b in args.tune_batches if not args.cpu_smoke] or [1]:
             s = Shape(B=B, **shape_kw)
             R = n_sets(s, l2, args.max_sets)
-            for bv in (8, 16, 32, 64):
-                for nw in (1, 2, 4, 8):
-                    for v_first in (False, True):
+            for bv in args.tune_block_v:
+                for nw in args.tune_warps:
+                    for v_first in [layout == "VK" for layout in args.tune_layouts]:
                         try:
                             r = bench_deltalog(ctx, s, 8, v_first, R, bv, nw)
                             result["tune"].append(dict(B=B, M=8, block_v=bv, num_warps=nw, layout="VK" if v_first else "KV",
@@ -792,6 +797,10 @@ def main(argv=None):
                             result["tune"].append(dict(B=B, block_v=bv, num_warps=nw, error=repr(e)[:200]))
             log(f"tune B={B} done")
             write_outputs(out_dir, result, final=False)
+        for r in result["tune"]:
+            if "amortized_us" in r:
+                print(f"tune B={r['B']:4d} BV={r['block_v']:3d} warps={r['num_warps']} {r['layout']}: "
+                      f"{r['amortized_us']:8.2f} µs amortized, merge {r['merge_us']:8.2f} µs")
 
     if not args.no_numerics:
         result["numerics"] = []

@@ -127,7 +127,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.handle = DeltaLogState(self)
         self._names: tuple[str, ...] = ()
         self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = None
-        self.counter = self.conv_ring = self.conv_pos = None
+        self.workspace = self.conv_ring = self.conv_pos = None
         self._seen = 0  # tokens consumed (host counter; the mask sizes of pure linear-attention configs)
         self._pending = 0  # tokens of the current forward seen by update_conv_state
 
@@ -161,13 +161,16 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.u_log = torch.zeros(batch, HV, C, V, **f32)
         self.decay_log = torch.zeros(batch, HV, C, **f32)
         self.length = torch.zeros(batch, dtype=torch.int32, device=device)
-        self.counter = torch.zeros(batch, dtype=torch.int32, device=device)
         # The last C + W pre-conv columns, so that `crop` can rebuild the conv window of any point inside the log.
         self.conv_ring = torch.zeros(batch, C + self.conv_kernel_size[0], conv.shape[1], dtype=conv.dtype,
                                      device=device)
         self.conv_pos = torch.zeros(batch, dtype=torch.int64, device=device)
-        self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "counter", "conv_ring",
-                       "conv_pos")
+        self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "conv_ring", "conv_pos")
+        if self.backend == "triton":
+            from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace
+
+            self.workspace = deltalog_gdn_workspace(batch, Hk, HV, K, C, device)  # the kernel's scratch
+            self._names += ("workspace",)
         for t in self._tensors().values():
             torch._dynamo.mark_static_address(t)
         self.is_recurrent_states_initialized[0] = True
@@ -282,7 +285,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         buffers = (self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
         if self.backend == "triton":
             kernel = _triton_decode()
-            o = kernel(query, key, value, g, beta, *buffers, self.counter, use_qk_l2norm_in_kernel=use_qk_l2norm,
+            o = kernel(query, key, value, g, beta, *buffers, self.workspace, use_qk_l2norm_in_kernel=use_qk_l2norm,
                        state_v_first=self.state_v_first)
         else:
             o = naive_deltalog_gdn_decode(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=use_qk_l2norm,

@@ -340,7 +340,9 @@ def test_memory_footprint_counts_every_buffer():
     forward(model, prompt_ids(2, 5), cache)
     B, Hk, HV, K, V, C = 2, 2, 4, 8, 16, 7
     conv_dim, W = 2 * Hk * K + HV * V, 4
-    per_linear = 4 * (B * HV * K * V + B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B + 4 * B \
+    # base, log_decay, k_log, u_log, decay_log (fp32), length (int32), conv ring (fp32 model), conv_pos (int64),
+    # conv state; no kernel workspace on the torch backend.
+    per_linear = 4 * (B * HV * K * V + B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B \
         + 4 * B * (C + W) * conv_dim + 8 * B + 4 * B * conv_dim * W
     per_attention = 2 * 4 * B * 2 * 5 * 16  # keys and values [B, kv_heads=2, T=5, head_dim=16] fp32
     assert cache.memory_footprint() == 2 * per_linear + 2 * per_attention

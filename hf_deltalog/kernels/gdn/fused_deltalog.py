@@ -11,28 +11,34 @@ then, per row, *appends* ``(k̂, u, ℓ̄')`` at slot ``L`` when ``L < C`` or *m
 k̂ uᵀ``, ``ℓ̄ ← 0``, ``L ← 0``) when ``L ≥ C``. :func:`hf_deltalog.kernels.gdn.naive.naive_deltalog_gdn_decode` is the
 executable specification; this kernel matches it buffer for buffer.
 
-Kernel design
--------------
-* Grid: one axis, ``B · Hk · NV`` programs (``NV = cdiv(V, BV)``), value tile fastest, then key head, then row. Program
-  ``(b, hk, iv)`` owns columns ``iv·BV … iv·BV+BV−1`` of the ``G = HV // Hk`` value heads ``hk·G … hk·G+G−1``. Program
-  ids are cast to int64 before any offset is formed, so ``B · HV · K · V`` may exceed 2³¹.
-* Per program: load and l2-normalise ``q``, ``k`` of key head ``hk`` once; load the live key log ``K_i`` (``i < L``) of
-  that key head once and form ``q̂·K_i`` and ``k̂·K_i`` once; then for each of the ``G`` value heads load its
-  ``[K, BV]`` base tile, the live ``U_i`` columns and ``Λ_i``, compute ``o``/``u`` and either store the merged tile
-  or append ``u``. All products are fp32 elementwise products reduced with ``tl.sum`` (no ``tl.dot``, so
-  never TF32); the merge adds ``Σ_i w_i K_i U_iᵀ`` as ``C`` rank-1 updates (the rows re-read from cache).
-* Phase per row: ``L = length[b]`` is read from device memory by every program; ``L ≥ C`` selects merge. No host
-  synchronisation, so one CUDA graph serves every step of a cycle.
-* Races: ``length[b]`` and ``log_decay[b, :]`` are read by all ``Hk · NV`` programs of row ``b``. Each program does its
-  work, then ``tl.atomic_add(counter + b, 1)`` (acq_rel, after a CTA barrier so that every thread's reads precede
-  it). The program that sees ``Hk · NV − 1`` is the last of the row: it alone writes ``length[b]``,
-  ``log_decay[b, :]`` (``ℓ̄ + g`` on append rows, 0 on merge rows) and resets ``counter[b] = 0``. Slot ``L`` of
-  ``k_log[b, hk]`` and of ``decay_log[b, h]`` is written only by the ``iv = 0`` program of its key head (nobody reads
-  slot ``L``: readers mask ``i < L``); ``u_log`` and ``base`` tiles are written only by their owner, which is also
-  their only reader.
-* Layouts: ``state_v_first=False`` stores ``base`` as ``[B, HV, K, V]`` (tile ``[BK, BV]``); ``True`` as
-  ``[B, HV, V, K]`` (tile ``[BV, BK]``, contiguous along K). The log buffers have one layout.
-* Stale log slots (``i ≥ L``) are never loaded (masked loads with ``other=0``) so garbage/NaN there cannot leak.
+Kernel design: two launches per step, no host synchronisation
+----------------------------------------------------------------
+1. ``_deltalog_gdn_prepare_kernel``, grid ``B · Hk`` (one program per row and key head): l2-normalises and scales
+   ``q``/``k`` once, loads the key head's live log ``K_i`` once and forms the replay coefficients
+   ``w_i (k̂·K_i)``, ``w_i (q̂·K_i)`` and ``w_i = exp(ℓ̄' − Λ_i)`` for the ``G = HV // Hk`` value heads of its GQA
+   group, advances their ``log_decay`` (``ℓ̄'`` on append rows, 0 on merge rows) and, on append rows, writes ``k̂`` and
+   ``ℓ̄'`` into slot ``L``. Everything the second kernel needs goes to a small per-row fp32 workspace
+   (``[B, 2·Hk·K + HV·(3C + 2) + 1]``, see :func:`deltalog_gdn_workspace`), including the phase ``L``.
+2. ``_deltalog_gdn_decode_kernel``, grid ``B · HV · NV`` flattened on axis 0 (one program per row, value head and
+   ``BV``-wide value tile, the tile fastest): reads its base tile once, replays the live ``U_i`` columns with the
+   prepared coefficients, writes ``o``, then appends ``u`` into slot ``L`` or, on merge rows, writes the merged tile
+   (``a·base + Σ_i w_i K_i U_iᵀ + k̂ uᵀ``, ``C`` exact fp32 rank-1 updates). The program of value head 0 and tile 0
+   writes the row's new ``length`` (the decode kernel reads the phase from the workspace, never from ``length``).
+   The program shape is that of a dense decode kernel (a ``[BV, BK]`` tile, one warp), so the replay adds only a few
+   coefficient loads and the ``[L, BV]`` slice of the log per program.
+
+Why two launches: a single fused kernel that normalises, loads the key log and forms the coefficients in every
+program needs wide tiles to amortise that work, and wide tiles with one warp exhaust the 255 registers (the pointer
+tile alone is 2 registers per element) and spill; measured on an H200 it reached 55–66 % of DRAM bandwidth.
+
+Races: within each launch every buffer element is written by one program and read by no other program of that
+launch (``length`` and ``log_decay`` are read by the prepare kernel and ``length`` written by the decode kernel;
+slot ``L`` is written while readers only load slots ``< L``). Program ids are int64 before any offset is formed, so
+``B · HV · K · V`` may exceed 2³¹ and the grid may exceed 65,535 programs.
+
+All products are fp32 elementwise products reduced with ``tl.sum`` (no ``tl.dot``, so never TF32). Stale log slots
+(``i ≥ L``) are never loaded (masked loads), so whatever they hold cannot reach an output. Layouts:
+``state_v_first=False`` keeps ``base`` as ``[B, HV, K, V]`` (transformers' layout), ``True`` as ``[B, HV, V, K]``.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-__all__ = ["fused_deltalog_gdn_decode", "default_launch_config", "OP_NAME", "OP_KIND"]
+__all__ = ["fused_deltalog_gdn_decode", "deltalog_gdn_workspace", "default_launch_config", "OP_NAME", "OP_KIND"]
 
 OP_NAME = "hf_deltalog::fused_deltalog_gdn_decode"
 
@@ -53,29 +59,94 @@ _GATE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
 @triton.jit
-def _fused_deltalog_gdn_decode_kernel(
+def _deltalog_gdn_prepare_kernel(
     q_ptr,
     k_ptr,
-    v_ptr,
     g_ptr,
-    beta_ptr,
-    o_ptr,
-    base_ptr,
     log_decay_ptr,
     k_log_ptr,
-    u_log_ptr,
     decay_log_ptr,
     length_ptr,
-    counter_ptr,
+    ws_ptr,
     scale,
     stride_qb,
     stride_qh,
     stride_kb,
     stride_kh,
-    stride_vb,
-    stride_vh,
     stride_gb,
     stride_gh,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    G: tl.constexpr,
+    K: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BC: tl.constexpr,
+    WS: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr,
+):
+    """Per (row, key head): normalise q and k, form the replay coefficients of the key head's log, advance the
+    cumulative log-decay of its G value heads and append k̂ and ℓ̄' (append rows). Writes the row's workspace."""
+    pid = tl.program_id(0).to(tl.int64)
+    i_hk = pid % HK
+    i_b = pid // HK
+    ws = ws_ptr + i_b * WS
+    offs_k = tl.arange(0, BK)
+    mask_k = offs_k < K
+    b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
+    b_q = b_q * scale
+    qk = tl.sum(b_q * b_k, axis=0)
+    tl.store(ws + i_hk * K + offs_k, b_q, mask=mask_k)
+    tl.store(ws + (HK + i_hk) * K + offs_k, b_k, mask=mask_k)
+
+    L = tl.load(length_ptr + i_b).to(tl.int32)
+    is_merge = L >= C
+    if i_hk == 0:
+        tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        live = (offs_c < L) & (offs_c < C)
+        p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :]
+        b_kl = tl.load(p_kl, mask=live[:, None] & mask_k[None, :], other=0.0)  # live keys only: stale slots unread
+        qK = tl.sum(b_kl * b_q[None, :], axis=1)  # [BC]  q̂·K_i
+        kK = tl.sum(b_kl * b_k[None, :], axis=1)  # [BC]  k̂·K_i
+        if L < C:
+            tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
+
+    for j in range(G):
+        i_hv = i_hk * G + j
+        ell = tl.load(log_decay_ptr + i_b * HV + i_hv) + tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32)
+        p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)
+        tl.store(p_ws, tl.exp(ell))
+        tl.store(p_ws + 1, qk)
+        if C > 0:
+            lam = tl.load(decay_log_ptr + (i_b * HV + i_hv) * C + offs_c, mask=live, other=0.0)
+            w = tl.where(live, tl.exp(ell - lam), 0.0)  # exponents ≤ 0: differences of cumulative log-decays
+            mask_c = offs_c < C
+            tl.store(p_ws + 2 + offs_c, w * kK, mask=mask_c)
+            tl.store(p_ws + 2 + C + offs_c, w * qK, mask=mask_c)
+            tl.store(p_ws + 2 + 2 * C + offs_c, w, mask=mask_c)
+            if L < C:
+                tl.store(decay_log_ptr + (i_b * HV + i_hv) * C + L, ell)
+        tl.store(log_decay_ptr + i_b * HV + i_hv, tl.where(is_merge, 0.0, ell))
+
+
+@triton.jit
+def _deltalog_gdn_decode_kernel(
+    v_ptr,
+    beta_ptr,
+    o_ptr,
+    base_ptr,
+    k_log_ptr,
+    u_log_ptr,
+    length_ptr,
+    ws_ptr,
+    stride_vb,
+    stride_vh,
     stride_betab,
     stride_betah,
     HK: tl.constexpr,
@@ -87,146 +158,119 @@ def _fused_deltalog_gdn_decode_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
     BC: tl.constexpr,
-    BHV: tl.constexpr,
     NV: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
+    WS: tl.constexpr,
     STATE_V_FIRST: tl.constexpr,
 ):
+    """Per (row, value head, value tile): read the base tile, replay the live log with the prepared coefficients,
+    write o, then append u (append rows) or write the merged tile (merge rows)."""
     pid = tl.program_id(0).to(tl.int64)
     i_v = pid % NV
-    i_bk = pid // NV
-    i_hk = i_bk % HK
-    i_b = i_bk // HK
-
+    i_bh = pid // NV
+    i_hv = i_bh % HV
+    i_b = i_bh // HV
+    i_hk = i_hv // G
+    ws = ws_ptr + i_b * WS
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
     offs_v = i_v * BV + tl.arange(0, BV)
     mask_v = offs_v < V
 
-    # Query and key of this key head, normalised once and shared by the G value heads.
-    b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    if USE_QK_L2NORM:
-        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
-        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
-    b_q = b_q * scale
-    qk = tl.sum(b_q * b_k, axis=0)
-
-    L = tl.load(length_ptr + i_b).to(tl.int32)
+    L = tl.load(ws + WS - 1).to(tl.int32)
     is_merge = L >= C
+    b_q = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
+    b_k = tl.load(ws + (HK + i_hk) * K + offs_k, mask=mask_k, other=0.0)
+    p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)
+    a = tl.load(p_ws)
+    qk = tl.load(p_ws + 1)
 
+    if STATE_V_FIRST:
+        p_h = base_ptr + i_bh * (K * V) + offs_v[:, None] * K + offs_k[None, :]  # [BV, BK]
+        mask_h = mask_v[:, None] & mask_k[None, :]
+        b_h = tl.load(p_h, mask=mask_h, other=0.0)
+        s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
+        s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
+    else:
+        p_h = base_ptr + i_bh * (K * V) + offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        b_h = tl.load(p_h, mask=mask_h, other=0.0)
+        s_k = a * tl.sum(b_h * b_k[:, None], axis=0)
+        s_q = a * tl.sum(b_h * b_q[:, None], axis=0)
     if C > 0:
         offs_c = tl.arange(0, BC)
         live = (offs_c < L) & (offs_c < C)
-        # Live key log of this key head [BC, BK]; stale slots are never read.
-        p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :]
-        b_kl = tl.load(p_kl, mask=live[:, None] & mask_k[None, :], other=0.0)
-        qK = tl.sum(b_kl * b_q[None, :], axis=1)  # [BC]  q̂·K_i
-        kK = tl.sum(b_kl * b_k[None, :], axis=1)  # [BC]  k̂·K_i
+        wk = tl.load(p_ws + 2 + offs_c, mask=live, other=0.0)
+        wq = tl.load(p_ws + 2 + C + offs_c, mask=live, other=0.0)
+        p_u = u_log_ptr + i_bh * (C * V) + offs_c[:, None] * V + offs_v[None, :]
+        b_u = tl.load(p_u, mask=live[:, None] & mask_v[None, :], other=0.0)  # [BC, BV], live entries only
+        s_k += tl.sum(wk[:, None] * b_u, axis=0)
+        s_q += tl.sum(wq[:, None] * b_u, axis=0)
 
-    for j in tl.static_range(G):
-        i_hv = i_hk * G + j
-        i_bh = i_b * HV + i_hv
-        ell = tl.load(log_decay_ptr + i_bh) + tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32)
-        a = tl.exp(ell)
-        b_beta = tl.load(beta_ptr + i_b * stride_betab + i_hv * stride_betah).to(tl.float32)
-        b_v = tl.load(v_ptr + i_b * stride_vb + i_hv * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+    b_v = tl.load(v_ptr + i_b * stride_vb + i_hv * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+    b_beta = tl.load(beta_ptr + i_b * stride_betab + i_hv * stride_betah).to(tl.float32)
+    b_u_new = b_beta * (b_v - s_k)  # u = β (v − S'ᵀk̂)
+    tl.store(o_ptr + i_bh * V + offs_v, (s_q + qk * b_u_new).to(o_ptr.dtype.element_ty), mask=mask_v)
 
+    if is_merge:
         if STATE_V_FIRST:
-            p_h = base_ptr + i_bh * (K * V) + offs_v[:, None] * K + offs_k[None, :]  # [BV, BK]
-            mask_h = mask_v[:, None] & mask_k[None, :]
-            b_h = tl.load(p_h, mask=mask_h, other=0.0)
-            s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
-            s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
+            b_s = a * b_h + b_u_new[:, None] * b_k[None, :]
         else:
-            p_h = base_ptr + i_bh * (K * V) + offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
-            mask_h = mask_k[:, None] & mask_v[None, :]
-            b_h = tl.load(p_h, mask=mask_h, other=0.0)
-            s_k = a * tl.sum(b_h * b_k[:, None], axis=0)
-            s_q = a * tl.sum(b_h * b_q[:, None], axis=0)
-
+            b_s = a * b_h + b_k[:, None] * b_u_new[None, :]
         if C > 0:
-            lam = tl.load(decay_log_ptr + i_bh * C + offs_c, mask=live, other=0.0)
-            w = tl.where(live, tl.exp(ell - lam), 0.0)  # [BC]
-            p_u = u_log_ptr + i_bh * (C * V) + offs_c[:, None] * V + offs_v[None, :]
-            b_u = tl.load(p_u, mask=live[:, None] & mask_v[None, :], other=0.0)  # [BC, BV]
-            s_k += tl.sum((w * kK)[:, None] * b_u, axis=0)
-            s_q += tl.sum((w * qK)[:, None] * b_u, axis=0)
-
-        b_uc = b_beta * (b_v - s_k)  # u = β (v − S'ᵀk̂)
-        b_o = s_q + qk * b_uc
-        tl.store(o_ptr + i_bh * V + offs_v, b_o.to(o_ptr.dtype.element_ty), mask=mask_v)
-
-        if is_merge:
-            if STATE_V_FIRST:
-                b_s = a * b_h + b_uc[:, None] * b_k[None, :]
-            else:
-                b_s = a * b_h + b_k[:, None] * b_uc[None, :]
-            if C > 0:
-                # Merge rows have every slot live (L ≥ C): C exact fp32 rank-1 updates, the rows re-read from cache.
-                # (An fp32 tl.dot, even with input_precision="ieee", spills heavily at K = 128 on sm_90.)
-                for i in range(C):
-                    w_i = tl.exp(ell - tl.load(decay_log_ptr + i_bh * C + i))
-                    k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
-                    u_i = w_i * tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
-                    if STATE_V_FIRST:
-                        b_s += u_i[:, None] * k_i[None, :]
-                    else:
-                        b_s += k_i[:, None] * u_i[None, :]
-            tl.store(p_h, b_s, mask=mask_h)
-        else:
-            if C > 0:
-                tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_uc, mask=mask_v)
-                if i_v == 0:
-                    tl.store(decay_log_ptr + i_bh * C + L, ell)
-
-    if C > 0:
-        if (L < C) & (i_v == 0):
-            tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
-
-    # Last program of the row publishes the new length and cumulative log-decay, then resets the counter.
-    tl.debug_barrier()
-    old = tl.atomic_add(counter_ptr + i_b, 1, sem="acq_rel")
-    if old == HK * NV - 1:
-        offs_h = tl.arange(0, BHV)
-        mask_hv = offs_h < HV
-        ld = tl.load(log_decay_ptr + i_b * HV + offs_h, mask=mask_hv, other=0.0)
-        gg = tl.load(g_ptr + i_b * stride_gb + offs_h * stride_gh, mask=mask_hv, other=0.0).to(tl.float32)
-        tl.store(log_decay_ptr + i_b * HV + offs_h, tl.where(is_merge, 0.0, ld + gg), mask=mask_hv)
-        tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1))
-        tl.store(counter_ptr + i_b, 0)
+            # Merge rows have every slot live (L = C): C exact fp32 rank-1 updates (no tl.dot: never TF32).
+            for i in range(C):
+                w_i = tl.load(p_ws + 2 + 2 * C + i)
+                k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
+                u_i = w_i * tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
+                if STATE_V_FIRST:
+                    b_s += u_i[:, None] * k_i[None, :]
+                else:
+                    b_s += k_i[:, None] * u_i[None, :]
+        tl.store(p_h, b_s, mask=mask_h)
+    else:
+        if C > 0:
+            tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_u_new, mask=mask_v)
+    if (i_hv == 0) & (i_v == 0):
+        tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
 
 
 def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def default_launch_config(B: int, Hk: int, K: int, V: int) -> tuple[int, int]:
-    """Default ``(BV, num_warps)``.
+def workspace_size(Hk: int, HV: int, K: int, C: int) -> int:
+    """fp32 elements of one row's workspace: q̂ and k̂ per key head, ``(a, q̂·k̂, w·k̂K, w·q̂K, w)`` per value head,
+    and the phase."""
+    return 2 * Hk * K + HV * (3 * C + 2) + 1
 
-    Heuristic: ``BK = next_pow2(K)`` (all of K in one tile). ``BV`` is the largest power of two with a state tile of at
-    most 4096 fp32 elements (``BV = 32`` at ``K = 128``), capped at ``next_pow2(V)``: a wide tile amortises the
-    per-program key-log load and the ``q̂·K_i``/``k̂·K_i`` products over more columns. When that leaves fewer than 512
-    programs (small batch) ``BV`` is halved, down to 8, so that the GPU still gets enough programs to pull the full
-    bandwidth. ``num_warps`` grows with the tile: 1 warp up to 1024 elements, 2 up to 2048, else 4.
+
+def deltalog_gdn_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
+    """The scratch buffer :func:`fused_deltalog_gdn_decode` needs: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 1]``.
+
+    Its content between calls does not matter; allocate it once per cache layer (a stable address for CUDA graphs).
     """
-    BK = _next_pow2(K)
-    BV = min(_next_pow2(V), max(8, 4096 // BK))
-    while BV > 8 and B * Hk * triton.cdiv(V, BV) < 512:
-        BV //= 2
-    tile = BK * BV
-    num_warps = 1 if tile <= 1024 else (2 if tile <= 2048 else 4)
-    return BV, num_warps
+    return torch.zeros(B, workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
+
+
+def default_launch_config(B: int, Hk: int, K: int, V: int) -> tuple[int, int]:
+    """Default ``(BV, num_warps)`` of the decode kernel: an ``[8, next_pow2(K)]`` tile and one warp.
+
+    The decode kernel's program has the shape of a dense decode program (FLA's ``fused_recurrent`` uses the same
+    tile), so the same choice applies: many small programs keep enough loads in flight and stay well under the
+    register limit. ``bench_gdn_decode.py --tune`` sweeps the alternatives.
+    """
+    return min(8, _next_pow2(V)), 1
 
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, state_v_first, block_v, num_warps):
+def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps):
     named = dict(
         q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
-        decay_log=decay_log, length=length, counter=counter,
+        decay_log=decay_log, length=length, workspace=workspace,
     )
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
@@ -255,7 +299,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         ("u_log", u_log, (B, HV, C, V)),
         ("decay_log", decay_log, (B, HV, C)),
         ("length", length, (B,)),
-        ("counter", counter, (B,)),
+        ("workspace", workspace, (B, workspace_size(Hk, HV, K, max(C, 0)))),
     ):
         if tuple(t.shape) != shape:
             raise ValueError(
@@ -274,8 +318,8 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
             raise TypeError(f"{name} must be float32 (the kernel keeps the state in fp32); got {named[name].dtype}")
     if length.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
-    if counter.dtype != torch.int32:
-        raise TypeError(f"counter must be int32 (an all-zeros workspace of B entries); got {counter.dtype}")
+    if workspace.dtype != torch.float32:
+        raise TypeError(f"workspace must be float32 (see deltalog_gdn_workspace); got {workspace.dtype}")
     devices = {t.device for t in named.values()}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
@@ -284,7 +328,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         raise ValueError(
             f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1 set before importing triton); got {dev}"
         )
-    for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "counter"):
+    for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place, so it cannot be copied); it is not")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -297,8 +341,8 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     return B, Hk, HV, K, V, C
 
 
-def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale, use_qk_l2norm,
-            state_v_first, block_v, num_warps, kernel):
+def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
+            state_v_first, block_v, num_warps, wrap):
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
@@ -310,21 +354,25 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
     nw = num_warps if num_warps > 0 else nw0
     BK, BC = _next_pow2(K), _next_pow2(max(C, 1))
     NV = triton.cdiv(V, BV)
-    # Without a log the log pointers are never dereferenced; pass the base so the kernel sees valid pointers.
+    WS = workspace_size(Hk, HV, K, C)
+    # Without a log the log pointers are never dereferenced; pass the base so the kernels see valid pointers.
     kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
-    grid = (B * Hk * NV,)
-    kernel[grid](
-        q, k, v, g, beta, o, base, log_decay, kl, ul, dl, length, counter, scale,
-        q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2),
-        g.stride(0), g.stride(2), beta.stride(0), beta.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, BHV=_next_pow2(HV), NV=NV,
-        USE_QK_L2NORM=use_qk_l2norm, STATE_V_FIRST=state_v_first,
+    wrap(_deltalog_gdn_prepare_kernel)[(B * Hk,)](
+        q, k, g, log_decay, kl, dl, length, workspace, scale,
+        q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
+        num_warps=1 if BK * BC <= 2048 else 4,
+    )
+    wrap(_deltalog_gdn_decode_kernel)[(B * HV * NV,)](
+        v, beta, o, base, kl, ul, length, workspace,
+        v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first,
         num_warps=nw,
     )
     return o
 
 
-_MUTATED = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "counter")
+_MUTATED = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace")
 
 
 def _op_body(
@@ -339,15 +387,15 @@ def _op_body(
     u_log: torch.Tensor,
     decay_log: torch.Tensor,
     length: torch.Tensor,
-    counter: torch.Tensor,
+    workspace: torch.Tensor,
     scale: float,
     use_qk_l2norm_in_kernel: bool,
     state_v_first: bool,
     block_v: int,
     num_warps: int,
 ) -> torch.Tensor:
-    return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale,
-                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, wrap_triton(_fused_deltalog_gdn_decode_kernel))
+    return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
+                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, wrap_triton)
 
 
 # Registration. On a GPU the op is a ``triton_op``: torch.compile traces through ``wrap_triton`` and Inductor sees the
@@ -361,7 +409,7 @@ else:
     _fused_deltalog_gdn_decode_op = torch.library.custom_op(OP_NAME, mutates_args=_MUTATED)(_op_body)
 
     @_fused_deltalog_gdn_decode_op.register_fake
-    def _(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale,
+    def _(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
           use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps):
         return q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
 
@@ -378,7 +426,7 @@ def fused_deltalog_gdn_decode(
     u_log: torch.Tensor,
     decay_log: torch.Tensor,
     length: torch.Tensor,
-    counter: torch.Tensor,
+    workspace: torch.Tensor,
     scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = True,
     state_v_first: bool = False,
@@ -387,7 +435,7 @@ def fused_deltalog_gdn_decode(
     num_warps: int | None = None,
     use_custom_op: bool = True,
 ) -> torch.Tensor:
-    """One fused DeltaLog GDN decode step for every row (one kernel launch; buffers updated in place).
+    """One DeltaLog GDN decode step for every row (two kernel launches, no host sync; buffers updated in place).
 
     Same semantics as :func:`hf_deltalog.kernels.gdn.naive.naive_deltalog_gdn_decode` (seed paper Eq. 7; output as
     transformers' ``torch_recurrent_gated_delta_rule`` for one token). Each row replays its live log, writes ``o``,
@@ -408,7 +456,7 @@ def fused_deltalog_gdn_decode(
         u_log: fp32 ``[B, HV, C, V]`` value-side factors ``u_i``; slot ``L`` written on append rows.
         decay_log: fp32 ``[B, HV, C]`` snapshots ``Λ_i`` of ``ℓ̄``; slot ``L`` written on append rows.
         length: int32/int64 ``[B]`` live entries ``L`` per row; set to ``L + 1`` (append) or 0 (merge).
-        counter: int32 ``[B]`` workspace, all zeros before the call and all zeros again after it.
+        workspace: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 1]`` scratch (:func:`deltalog_gdn_workspace`); overwritten.
         scale: query scale; default ``K ** -0.5``.
         use_qk_l2norm_in_kernel: l2-normalise q and k (``x · rsqrt(Σx² + 1e-6)``) as transformers does.
         state_v_first: layout of ``base`` (see above).
@@ -423,17 +471,18 @@ def fused_deltalog_gdn_decode(
 
     Raises:
         TypeError: a wrong dtype (activations must be bf16/fp16/fp32, state buffers fp32, ``length`` int32/int64,
-            ``counter`` int32) or a non-tensor argument.
+            ``workspace`` fp32) or a non-tensor argument.
         ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, tensors on different devices or
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
             non-unit last-dim stride on q/k/v, or a bad ``block_v``/``num_warps``.
     """
-    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, state_v_first, block_v, num_warps)
+    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps)
     K = q.shape[-1]
     scale = float(K**-0.5 if scale is None else scale)
     bv, nw = int(block_v or 0), int(num_warps or 0)
-    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, counter, scale,
+    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
             bool(use_qk_l2norm_in_kernel), bool(state_v_first), bv, nw)
     if use_custom_op:
         return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
-    return _launch(*args, _fused_deltalog_gdn_decode_kernel)
+    return _launch(*args, lambda kernel: kernel)
