@@ -151,11 +151,13 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     def _allocate(self, batch: int, device: torch.device) -> None:
         self.backend = self._resolve_backend(device)
-        self.state_v_first = False
+        # The Triton kernel keeps the base V-first ([B, HV, V, K]): 1.3x faster than [B, HV, K, V] on an H200
+        # (eval/results/); the layout is converted once here and in materialize(), never per step.
+        self.state_v_first = self.backend == "triton"
         Hk, HV, K, V, C = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim, self.capacity
         f32 = dict(dtype=torch.float32, device=device)
         conv = self.conv_states[0]
-        self.base = torch.zeros(batch, HV, K, V, **f32)
+        self.base = torch.zeros((batch, HV, V, K) if self.state_v_first else (batch, HV, K, V), **f32)
         self.log_decay = torch.zeros(batch, HV, **f32)
         self.k_log = torch.zeros(batch, Hk, C, K, **f32)
         self.u_log = torch.zeros(batch, HV, C, V, **f32)

@@ -209,6 +209,6 @@ def test_triton_backend_matches_dynamic_cache(family):
     ref = generate(model, ids, max_new_tokens=12, **GREEDY)
     cache = DeltaLogCache(model, merge_interval=4, backend="triton")
     out = generate(model, ids, cache, max_new_tokens=12, **GREEDY)
-    assert all(layer.backend == "triton" for layer in cache.deltalog_layers)
+    assert all(layer.backend == "triton" and layer.state_v_first for layer in cache.deltalog_layers)
     assert torch.equal(out.sequences, ref.sequences)
     assert max_logit_diff(out, ref) <= 1e-4

@@ -218,7 +218,7 @@ def _deltalog_gdn_decode_kernel(
             b_s = a * b_h + b_k[:, None] * b_u_new[None, :]
         if C > 0:
             # Merge rows have every slot live (L = C): C exact fp32 rank-1 updates (no tl.dot: never TF32).
-            for i in range(C):
+            for i in range(C):  # a loop: unrolled, the hoisted loads double the registers at C = 7
                 w_i = tl.load(p_ws + 2 + 2 * C + i)
                 k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
                 u_i = w_i * tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
