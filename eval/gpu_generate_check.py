@@ -38,15 +38,19 @@ def main() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         torch.manual_seed(0)
         model = transformers.Qwen3_5ForCausalLM(cfg).to("cuda", dtype).eval()
-        ids = torch.randint(1, cfg.vocab_size, (a.batch, 32), device="cuda")
         kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens, do_sample=False,
                   return_dict_in_generate=True, output_logits=True)
-        for M in (2, 8, 16):
+        # (batch, merge_interval): the default policy at a small batch (dense, FLA's kernel) and at a large one
+        # (DeltaLog, M = 8), and explicit intervals.
+        for batch, M in ((a.batch, None), (64, None), (64, 2), (64, 16)):
+            ids = torch.randint(1, cfg.vocab_size, (batch, 32), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
             with torch.no_grad():
                 ref = model.generate(ids, **kw)
                 cache = DeltaLogCache(model, merge_interval=M)
                 out = model.generate(ids, cache=cache, **kw)
             backends = sorted({layer.backend for layer in cache.deltalog_layers})
+            effective = sorted({layer.merge_interval for layer in cache.deltalog_layers})
+            dense = any(layer.dense_kernel is not None for layer in cache.deltalog_layers)
             agree = (out.sequences == ref.sequences).float().mean().item()
             first = next((i for i in range(a.new_tokens)
                           if not torch.equal(out.sequences[:, 32 + i], ref.sequences[:, 32 + i])), None)
@@ -58,7 +62,8 @@ def main() -> None:
                 rows_diff = (out.sequences[:, 32 + first] != ref.sequences[:, 32 + first]).nonzero()[:, 0]
                 top2 = ref.logits[first][rows_diff].float().topk(2, dim=-1).values
                 margin = (top2[:, 0] - top2[:, 1]).max().item()
-            rows.append(dict(dtype=str(dtype), merge_interval=M, backends=backends, token_agreement=agree,
+            rows.append(dict(dtype=str(dtype), batch=batch, merge_interval=M, effective_merge_interval=effective,
+                             dense_fla_kernel=dense, backends=backends, token_agreement=agree,
                              identical=bool(torch.equal(out.sequences, ref.sequences)),
                              max_abs_logit_diff_while_tokens_agree=dlogit, first_differing_step=first,
                              top2_margin_at_first_difference=margin))

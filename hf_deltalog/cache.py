@@ -33,6 +33,19 @@ __all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
 
 BACKENDS = ("auto", "torch", "triton")
 MAX_MERGE_INTERVAL = 1024  # the log is replayed every step: far beyond a few dozen entries it only slows decoding
+# Merge-interval policy of the Triton backend when the user gives none (measured on an H200, eval/results/): below
+# this many bytes of fp32 state per layer DeltaLog does not beat a dense decode (B ≤ 8 at HV = 32, K = V = 128 lost;
+# B = 32, 64 MiB, won 1.2x), so such layers decode densely (M = 1).
+DENSE_BELOW_STATE_BYTES = 64 << 20
+
+
+def _fla_dense_decode() -> Callable | None:
+    """FLA's ``fused_recurrent_gated_delta_rule`` (the fastest dense GDN decode kernel we know), or None."""
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+    except Exception:  # noqa: BLE001 - FLA missing or unusable here
+        return None
+    return fused_recurrent_gated_delta_rule
 
 
 class _Status:
@@ -103,6 +116,8 @@ class DeltaLogLayer(LinearAttentionLayer):
         spec: the model family (:data:`hf_deltalog.patches.FAMILIES`).
         dims: ``(Hk, HV, K, V)``: key heads, value heads, key and value head dims.
         merge_interval: ``M ≥ 1``; the log holds ``C = M − 1`` entries, ``M = 1`` is eager dense decoding.
+        auto_merge_interval: ``merge_interval`` is the family default, not the user's: the Triton backend may pick
+            ``M = 1`` for small states (:data:`DENSE_BELOW_STATE_BYTES`).
         backend: ``"auto"``, ``"torch"`` or ``"triton"`` (resolved when the buffers are allocated).
         layer_idx: the model layer this cache layer serves.
         number_of_states: conv states of the layer (transformers' ``number_of_conv_states``).
@@ -113,13 +128,16 @@ class DeltaLogLayer(LinearAttentionLayer):
     is_compileable = False
 
     def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
-                 layer_idx: int, number_of_states: int = 1, status: _Status | None = None):
+                 layer_idx: int, number_of_states: int = 1, status: _Status | None = None,
+                 auto_merge_interval: bool = False):
         super().__init__(number_of_states=number_of_states)
         self.status = status if status is not None else _Status()
         self.spec = spec
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
-        self.merge_interval = merge_interval
+        self.merge_interval = self.default_merge_interval = merge_interval
         self.capacity = merge_interval - 1
+        self.auto_merge_interval = auto_merge_interval
+        self.dense_kernel: Callable | None = None  # FLA's kernel when this layer decodes densely on the GPU
         self.requested_backend = backend
         self.backend: str | None = None
         self.state_v_first = False
@@ -151,10 +169,17 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     def _allocate(self, batch: int, device: torch.device) -> None:
         self.backend = self._resolve_backend(device)
+        Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
+        if self.auto_merge_interval:
+            small = self.backend == "triton" and batch * HV * K * V * 4 < DENSE_BELOW_STATE_BYTES
+            self.merge_interval = 1 if small else self.default_merge_interval
+            self.capacity = self.merge_interval - 1
+        # Dense decoding (M = 1) on the GPU runs FLA's kernel on the V-first base when FLA is installed.
+        self.dense_kernel = _fla_dense_decode() if (self.capacity == 0 and device.type == "cuda") else None
         # The Triton kernel keeps the base V-first ([B, HV, V, K]): 1.3x faster than [B, HV, K, V] on an H200
         # (eval/results/); the layout is converted once here and in materialize(), never per step.
         self.state_v_first = self.backend == "triton"
-        Hk, HV, K, V, C = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim, self.capacity
+        C = self.capacity
         f32 = dict(dtype=torch.float32, device=device)
         conv = self.conv_states[0]
         self.base = torch.zeros((batch, HV, V, K) if self.state_v_first else (batch, HV, K, V), **f32)
@@ -285,6 +310,13 @@ class DeltaLogLayer(LinearAttentionLayer):
                             output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm, **kwargs)
         self._record_conv_column()
         buffers = (self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
+        if self.dense_kernel is not None:
+            # M = 1 on the GPU: FLA's dense kernel on the V-first base; it returns a new state tensor, which becomes
+            # the base (no copy; this dynamic cache does not promise stable addresses).
+            o, self.base = self.dense_kernel(query, key, value, g=g, beta=beta, initial_state=self.base,
+                                             output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
+                                             state_v_first=self.state_v_first)
+            return o, self.handle
         if self.backend == "triton":
             kernel = _triton_decode()
             o = kernel(query, key, value, g, beta, *buffers, self.workspace, use_qk_l2norm_in_kernel=use_qk_l2norm,
@@ -452,7 +484,10 @@ class DeltaLogCache(DynamicCache):
 
     Args:
         model_or_config: the model, or its config (a wrapper config resolves to its text config).
-        merge_interval: ``M ≥ 1`` (Default: the family's, 8 for GDN). ``M = 1`` is eager dense decoding.
+        merge_interval: ``M ≥ 1``. ``M = 1`` is eager dense decoding. Default (None): the family's (8 for GDN), except
+            that on the Triton backend a layer whose fp32 state is under :data:`DENSE_BELOW_STATE_BYTES` (64 MiB:
+            B < 32 at HV = 32, K = V = 128) decodes densely, where DeltaLog measured slower than a dense kernel; dense
+            decoding on the GPU runs FLA's ``fused_recurrent_gated_delta_rule`` when FLA is installed.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
 
     Raises:
@@ -490,7 +525,8 @@ class DeltaLogCache(DynamicCache):
         for i, (layer, kind) in enumerate(zip(self.layers, layer_types)):
             if kind == "linear_attention" and isinstance(layer, LinearAttentionLayer):
                 self.layers[i] = DeltaLogLayer(spec, dims, self.merge_interval, backend, layer_idx=i,
-                                               number_of_states=layer.number_of_states, status=self._status)
+                                               number_of_states=layer.number_of_states, status=self._status,
+                                               auto_merge_interval=merge_interval is None)
         self._fingerprint = (spec.model_type, tuple(layer_types), dims)
         self._ledger: torch.Tensor | None = None
         # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that

@@ -212,3 +212,17 @@ def test_triton_backend_matches_dynamic_cache(family):
     assert all(layer.backend == "triton" and layer.state_v_first for layer in cache.deltalog_layers)
     assert torch.equal(out.sequences, ref.sequences)
     assert max_logit_diff(out, ref) <= 1e-4
+
+
+def test_merge_interval_policy():
+    """Default M: 8 on the PyTorch backend; on the Triton backend, layers with a small state decode densely (M = 1).
+    An explicit merge_interval is always kept."""
+    pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5, seed=15)
+    ref = generate(model, ids, max_new_tokens=6, **GREEDY)
+    for backend, merge_interval, expected in (("torch", None, 8), ("triton", None, 1), ("triton", 4, 4)):
+        cache = DeltaLogCache(model, merge_interval=merge_interval, backend=backend)
+        out = generate(model, ids, cache, max_new_tokens=6, **GREEDY)
+        assert torch.equal(out.sequences, ref.sequences), backend
+        assert [layer.merge_interval for layer in cache.deltalog_layers] == [expected] * 2, backend
