@@ -16,15 +16,16 @@ try:
 except ImportError as _err:  # no triton on this machine: keep the pure-PyTorch references usable
     HAS_TRITON = False
     TRITON_IMPORT_ERROR: ImportError | None = _err
-    fused_deltalog_gdn_decode = None
+    fused_deltalog_gdn_decode = deltalog_gdn_workspace = None
 else:
     HAS_TRITON = True
     TRITON_IMPORT_ERROR = None
-    from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
+    from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace, fused_deltalog_gdn_decode
 
 __all__ = [
     "HAS_TRITON",
     "TRITON_IMPORT_ERROR",
+    "deltalog_gdn_workspace",
     "fused_deltalog_gdn_decode",
     "l2norm",
     "naive_deltalog_gdn_decode",
