@@ -1,4 +1,4 @@
-"""Test-session setup: on a machine without a GPU, Triton kernels run under the interpreter.
+"""pytest setup: on a machine without a GPU, Triton kernels run under the interpreter.
 
 TRITON_INTERPRET must be set before triton decorates any kernel, i.e. before hf_deltalog is first imported.
 """
