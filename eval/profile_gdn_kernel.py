@@ -1,6 +1,6 @@
-"""Launch the fused DeltaLog GDN kernel once per phase (append at L = 3, merge at L = 7) for Nsight Compute.
+"""Launch the DeltaLog GDN kernels once per phase (an append step at L = 3, a merge step) for Nsight Compute.
 
-    ncu --clock-control none --set full -k regex:_fused_deltalog python eval/profile_gdn_kernel.py [--batch 64]
+    ncu --clock-control none --set full -k regex:_deltalog_gdn python eval/profile_gdn_kernel.py [--batch 128]
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import argparse
 
 import torch
 
-from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
+from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace, fused_deltalog_gdn_decode
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--merge-interval", type=int, default=8)
-    p.add_argument("--state-v-first", action="store_true")
+    p.add_argument("--state-v-first", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--block-v", type=int, default=None)
     p.add_argument("--num-warps", type=int, default=None)
     a = p.parse_args()
@@ -31,10 +31,10 @@ def main() -> None:
     bufs = dict(base=torch.randn(shape, device=dev) * 0.1, log_decay=-torch.rand(B, HV, device=dev),
                 k_log=torch.randn(B, Hk, C, K, device=dev) * 0.1, u_log=torch.randn(B, HV, C, V, device=dev) * 0.1,
                 decay_log=-torch.rand(B, HV, C, device=dev), length=torch.zeros(B, dtype=torch.int32, device=dev))
-    counter = torch.zeros(B, dtype=torch.int32, device=dev)
+    workspace = deltalog_gdn_workspace(B, Hk, HV, K, C, dev)
     for L in (3, C):  # one append step, one merge step
         bufs["length"].fill_(L)
-        fused_deltalog_gdn_decode(q, k, v, g, beta, *bufs.values(), counter, state_v_first=a.state_v_first,
+        fused_deltalog_gdn_decode(q, k, v, g, beta, *bufs.values(), workspace, state_v_first=a.state_v_first,
                                   block_v=a.block_v, num_warps=a.num_warps, use_custom_op=False)
     torch.cuda.synchronize()
 
