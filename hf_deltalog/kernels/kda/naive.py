@@ -1,0 +1,222 @@
+"""Pure-PyTorch references for Kimi Delta Attention (KDA) decoding: eager dense and DeltaLog.
+
+KDA is the delta rule of Gated DeltaNet with a per-key decay vector instead of a scalar (Kimi Linear, Eq. 1;
+transformers' ``recurrent_kimi_delta_attention``, FLA's ``naive_recurrent_kda``). Per value head, with the state
+key-major ``S ∈ R^{K×V}`` and ``g_t ∈ R^K`` a log-decay per key channel::
+
+    q̂ = l2norm(q) · K^-1/2,  k̂ = l2norm(k)              (l2norm(x) = x / sqrt(Σx² + 1e-6), FLA's form)
+    S' = diag(exp(g_t)) · S_{t-1}
+    u_t = β_t (v_t − S'ᵀ k̂_t)
+    S_t = S' + k̂_t u_tᵀ
+    o_t = S_tᵀ q̂_t
+
+DeltaLog keeps a dense ``base``, the cumulative log-decay per key ``ℓ̄ ∈ R^K`` since the last merge and, for each of the
+``L ≤ C = M − 1`` log entries, ``(k̂_i, u_i, Λ_i ∈ R^K)``::
+
+    S = diag(exp(ℓ̄)) · base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) k̂_i u_iᵀ
+
+so a decode step needs ``S'ᵀx = baseᵀ(exp(ℓ̄') ⊙ x) + Σ_i ((exp(ℓ̄' − Λ_i) ⊙ k̂_i) · x) u_i`` for ``x ∈ {k̂, q̂}`` with
+``ℓ̄' = ℓ̄ + g_t``. Each deferred key factor is rescaled elementwise (heavier replay than GDN's scalar decay), and every
+exponent is a difference ``ℓ̄' − Λ_i ≤ 0`` (for ``g ≤ 0``): long decays underflow to 0, never overflow.
+
+Heads: ``Hk`` key heads and ``HV`` value heads with ``HV`` a multiple of ``Hk`` (key head ``h`` serves value heads
+``h·G … h·G + G − 1``); transformers' KDA models have ``Hk = HV``. Decays and their snapshots are per value head.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["kda_l2norm", "naive_deltalog_kda_decode", "naive_deltalog_kda_materialize", "naive_recurrent_kda"]
+
+
+def kda_l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``x / sqrt(Σ x² + eps)`` over the last dim (transformers' KDA ``l2norm``, FLA's form)."""
+    return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def _check(q, k, v, g, beta):
+    if q.dim() != 4 or k.shape != q.shape:
+        raise ValueError(f"q and k must both be [B, T, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    B, T, Hk, K = q.shape
+    if v.dim() != 4 or v.shape[:2] != (B, T):
+        raise ValueError(f"v must be [B, T, HV, V] with B={B}, T={T}; got {tuple(v.shape)}")
+    HV = v.shape[2]
+    if HV % Hk != 0:
+        raise ValueError(f"the value heads HV={HV} must be a multiple of the key heads Hk={Hk}")
+    if tuple(g.shape) != (B, T, HV, K):
+        raise ValueError(f"g must be [B, T, HV, K] = {(B, T, HV, K)} (a log-decay per key channel); got {tuple(g.shape)}")
+    if tuple(beta.shape) != (B, T, HV):
+        raise ValueError(f"beta must be [B, T, HV] = {(B, T, HV)}; got {tuple(beta.shape)}")
+    return B, T, Hk, HV, K, v.shape[3]
+
+
+@torch.no_grad()
+def naive_recurrent_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eager dense KDA recurrence, token by token, vectorised over batch and heads.
+
+    Args:
+        q, k: ``[B, T, Hk, K]``; v: ``[B, T, HV, V]``; g: ``[B, T, HV, K]`` log-decay per key channel (any float
+            dtype; bailing_hybrid hands it in bf16); beta: ``[B, T, HV]``.
+        scale: default ``K ** -0.5``. initial_state: ``[B, HV, K, V]`` or None.
+        use_qk_l2norm_in_kernel: l2-normalise q and k first (transformers passes True).
+
+    Returns:
+        ``o`` ``[B, T, HV, V]`` in ``q.dtype``, and the final state ``[B, HV, K, V]`` (or None). Arithmetic in fp32,
+        or fp64 when any input is fp64.
+
+    Raises:
+        ValueError: on inconsistent shapes.
+    """
+    B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
+    G = HV // Hk
+    tensors = (q, k, v, g, beta) + (() if initial_state is None else (initial_state,))
+    dt = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    scale = K**-0.5 if scale is None else scale
+    qf, kf = q.to(dt), k.to(dt)
+    if use_qk_l2norm_in_kernel:
+        qf, kf = kda_l2norm(qf), kda_l2norm(kf)
+    qf, kf = (qf * scale).repeat_interleave(G, dim=2), kf.repeat_interleave(G, dim=2)
+    vf, gf, bf = v.to(dt), g.to(dt), beta.to(dt)
+    if initial_state is None:
+        S = torch.zeros(B, HV, K, V, dtype=dt, device=q.device)
+    else:
+        if tuple(initial_state.shape) != (B, HV, K, V):
+            raise ValueError(f"initial_state must be [B, HV, K, V] = {(B, HV, K, V)}; got {tuple(initial_state.shape)}")
+        S = initial_state.to(dt).clone()
+    o = torch.empty(B, T, HV, V, dtype=dt, device=q.device)
+    for t in range(T):
+        S = S * gf[:, t].exp()[..., None]
+        u = bf[:, t, :, None] * (vf[:, t] - torch.einsum("bhkv,bhk->bhv", S, kf[:, t]))
+        S = S + kf[:, t, :, :, None] * u[:, :, None, :]
+        o[:, t] = torch.einsum("bhkv,bhk->bhv", S, qf[:, t])
+    return o.to(q.dtype), (S if output_final_state else None)
+
+
+def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V):
+    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    for name, t, shape in (
+        ("base", base, (B, HV, K, V)),
+        ("log_decay", log_decay, (B, HV, K)),
+        ("k_log", k_log, (B, Hk, C, K)),
+        ("u_log", u_log, (B, HV, C, V)),
+        ("decay_log", decay_log, (B, HV, C, K)),
+        ("length", length, (B,)),
+    ):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape} (B, Hk, HV, C, K, V from q/v/k_log); got {tuple(t.shape)}")
+    for name, t in (("base", base), ("log_decay", log_decay), ("k_log", k_log), ("u_log", u_log), ("decay_log", decay_log)):
+        if t.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name} must be float32 (or float64 for references); got {t.dtype}")
+    if length.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"length must be int32 or int64; got {length.dtype}")
+    return C
+
+
+def _live(length: torch.Tensor, C: int) -> torch.Tensor:
+    """``[B, 1, C]`` mask of the live log entries ``i < L[b]``."""
+    return (torch.arange(C, device=length.device)[None, :] < length[:, None].to(torch.int64))[:, None, :]
+
+
+def _replay(ell: torch.Tensor, k_log, u_log, decay_log, live, G: int):
+    """Per-entry decayed keys ``exp(ℓ̄ − Λ_i) ⊙ K_i`` ``[B, HV, C, K]`` (0 for stale entries) and the live ``U_i``."""
+    diff = torch.where(live[..., None], ell[:, :, None, :] - decay_log, torch.zeros_like(decay_log))
+    k_hv = torch.where(live[..., None], k_log, torch.zeros_like(k_log)).repeat_interleave(G, dim=1)
+    decayed = torch.where(live[..., None], diff.exp() * k_hv, torch.zeros_like(decay_log))
+    return decayed, torch.where(live[..., None], u_log, torch.zeros_like(u_log))
+
+
+@torch.no_grad()
+def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, length) -> torch.Tensor:
+    """Dense logical state ``S = diag(exp(ℓ̄))·base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) K_i U_iᵀ``.
+
+    Args:
+        base: ``[B, HV, K, V]`` fp32. log_decay: ``[B, HV, K]`` fp32 ``ℓ̄``. k_log: ``[B, Hk, C, K]`` fp32 normalised
+        keys. u_log: ``[B, HV, C, V]`` fp32 value-side factors. decay_log: ``[B, HV, C, K]`` fp32 snapshots ``Λ_i``.
+        length: ``[B]`` int32/int64 live entries.
+
+    Returns:
+        ``[B, HV, K, V]`` (a new tensor). Raises ValueError/TypeError on inconsistent shapes or dtypes.
+    """
+    B, Hk, _, K = k_log.shape
+    HV, V = u_log.shape[1], u_log.shape[3]
+    C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
+    decayed, u_live = _replay(log_decay, k_log, u_log, decay_log, _live(length, C), HV // Hk)
+    return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, u_live)
+
+
+@torch.no_grad()
+def naive_deltalog_kda_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    u_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = True,
+) -> torch.Tensor:
+    """One DeltaLog KDA decode step for every row: replay, output, then append (``L < C``) or merge (in place).
+
+    Computes what :func:`naive_recurrent_kda` computes for ``T = 1`` from the logical state of
+    :func:`naive_deltalog_kda_materialize`, without materialising it. Append rows write entry ``L`` (``k̂``, ``u``,
+    ``ℓ̄'``), set ``ℓ̄ ← ℓ̄'`` and ``L ← L + 1``; merge rows (``L = C``) write ``S_t`` into the base, ``ℓ̄ ← 0``, ``L ← 0``.
+
+    Args:
+        q, k: ``[B, 1, Hk, K]``; v: ``[B, 1, HV, V]``; g: ``[B, 1, HV, K]``; beta: ``[B, 1, HV]``.
+        base, log_decay, k_log, u_log, decay_log, length: as in :func:`naive_deltalog_kda_materialize`; mutated.
+
+    Returns:
+        ``o`` ``[B, 1, HV, V]`` in ``q.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes.
+    """
+    B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
+    if T != 1:
+        raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
+    C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
+    G = HV // Hk
+    dt = base.dtype
+    scale = K**-0.5 if scale is None else scale
+    qf, kf = q[:, 0].to(dt), k[:, 0].to(dt)
+    if use_qk_l2norm_in_kernel:
+        qf, kf = kda_l2norm(qf), kda_l2norm(kf)
+    qf = qf * scale
+    q_hv, k_hv = qf.repeat_interleave(G, dim=1), kf.repeat_interleave(G, dim=1)  # [B, HV, K]
+    vf, bf = v[:, 0].to(dt), beta[:, 0].to(dt)
+
+    ell = log_decay + g[:, 0].to(dt)  # ℓ̄' [B, HV, K]
+    a = ell.exp()
+    live = _live(length, C)
+    decayed, u_live = _replay(ell, k_log, u_log, decay_log, live, G)  # [B, HV, C, K], [B, HV, C, V]
+    Sk = torch.einsum("bhkv,bhk->bhv", base, a * k_hv) + torch.einsum(
+        "bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, k_hv), u_live)
+    u = bf[..., None] * (vf - Sk)
+    Sq = torch.einsum("bhkv,bhk->bhv", base, a * q_hv) + torch.einsum(
+        "bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, q_hv), u_live)
+    o = Sq + (q_hv * k_hv).sum(-1, keepdim=True) * u
+
+    merge = length.to(torch.int64) >= C
+    S_t = a[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, u_live) + k_hv[..., None] * u[..., None, :]
+    base.copy_(torch.where(merge[:, None, None, None], S_t, base))
+    if C > 0:
+        slot = (torch.arange(C, device=length.device)[None, :] == length[:, None].to(torch.int64)) & ~merge[:, None]
+        k_log.copy_(torch.where(slot[:, None, :, None], kf[:, :, None, :], k_log))
+        u_log.copy_(torch.where(slot[:, None, :, None], u[:, :, None, :], u_log))
+        decay_log.copy_(torch.where(slot[:, None, :, None], ell[:, :, None, :], decay_log))
+    log_decay.copy_(torch.where(merge[:, None, None], torch.zeros_like(ell), ell))
+    length.copy_(torch.where(merge, torch.zeros_like(length), length + 1))
+    return o[:, None].to(q.dtype)
