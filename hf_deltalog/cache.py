@@ -3,10 +3,10 @@
 Per linear-attention layer (shapes with named dims; ``C = M − 1`` log slots, ``M`` the merge interval)::
 
     base       [B, HV, K, V] fp32   dense state at the last merge ([B, HV, V, K] when the backend stores it V-first)
-    log_decay  [B, HV]       fp32   cumulative log-decay ℓ̄ since that merge
+    log_decay  [B, HV]       fp32   cumulative log-decay ℓ̄ since that merge ([B, HV, K] for KDA: one per key channel)
     k_log      [B, Hk, C, K] fp32   key-side factors (l2-normalised keys), one per key head (a GQA group shares them)
     u_log      [B, HV, C, V] fp32   value-side factors u_t = β_t (v_t − S'ᵀ k̂_t)
-    decay_log  [B, HV, C]    fp32   ℓ̄ when each entry was written
+    decay_log  [B, HV, C]    fp32   ℓ̄ when each entry was written ([B, HV, C, K] for KDA)
     length     [B]           int32  live entries L per row (a device tensor; never read on the decode path)
 
 The logical state is ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ`` (seed paper, Eq. 7; see
@@ -27,6 +27,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, LinearAttentionLayer
 
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
+from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
 from hf_deltalog.patches.registry import FamilySpec, _resolve, patch
 
 __all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
@@ -99,6 +100,12 @@ class DeltaLogState:
         return self.layer.materialize()
 
     def to(self, *args: Any, **kwargs: Any) -> DeltaLogState:
+        """``.to(dtype)`` is the identity (KDA layers call ``.to(torch.float32)`` on the state the kernel returns; ours
+        is fp32). ``.to(tensor)`` is what an upstream recurrence does with its initial state: it means the state
+        reached a recurrence hf_deltalog has not bound, which is an error."""
+        dtypes = [a for a in (*args, kwargs.get("dtype")) if isinstance(a, torch.dtype)]
+        if dtypes and not any(isinstance(a, torch.Tensor) for a in args):
+            return self
         self.layer.status.broken = "its state reached a recurrence that hf_deltalog has not bound"
         raise RuntimeError(
             "a DeltaLogState reached a recurrence that hf_deltalog has not bound (was hf_deltalog.unpatch() called, or "
@@ -154,7 +161,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         return {name: getattr(self, name) for name in self._names}
 
     def _resolve_backend(self, device: torch.device) -> str:
-        kernel = _triton_decode()
+        kernel = _triton_decode() if self.spec.operator == "gdn" else None
         on_gpu = device.type == "cuda"
         if self.requested_backend == "torch":
             return "torch"
@@ -174,19 +181,21 @@ class DeltaLogLayer(LinearAttentionLayer):
             small = self.backend == "triton" and batch * HV * K * V * 4 < DENSE_BELOW_STATE_BYTES
             self.merge_interval = 1 if small else self.default_merge_interval
             self.capacity = self.merge_interval - 1
-        # Dense decoding (M = 1) on the GPU runs FLA's kernel on the V-first base when FLA is installed.
-        self.dense_kernel = _fla_dense_decode() if (self.capacity == 0 and device.type == "cuda") else None
+        # Dense decoding (M = 1) on the GPU runs FLA's GDN kernel on the V-first base when FLA is installed.
+        gpu_dense = self.capacity == 0 and device.type == "cuda" and self.state_v_first
+        self.dense_kernel = _fla_dense_decode() if gpu_dense else None
         # The Triton kernel keeps the base V-first ([B, HV, V, K]): 1.3x faster than [B, HV, K, V] on an H200
         # (eval/results/); the layout is converted once here and in materialize(), never per step.
-        self.state_v_first = self.backend == "triton"
+        self.state_v_first = self.backend == "triton" and self.spec.operator == "gdn"
         C = self.capacity
         f32 = dict(dtype=torch.float32, device=device)
         conv = self.conv_states[0]
         self.base = torch.zeros((batch, HV, V, K) if self.state_v_first else (batch, HV, K, V), **f32)
-        self.log_decay = torch.zeros(batch, HV, **f32)
+        per_key = (K,) if self.spec.operator == "kda" else ()  # KDA decays each key channel
+        self.log_decay = torch.zeros(batch, HV, *per_key, **f32)
         self.k_log = torch.zeros(batch, Hk, C, K, **f32)
         self.u_log = torch.zeros(batch, HV, C, V, **f32)
-        self.decay_log = torch.zeros(batch, HV, C, **f32)
+        self.decay_log = torch.zeros(batch, HV, C, *per_key, **f32)
         self.length = torch.zeros(batch, dtype=torch.int32, device=device)
         # The last C + W pre-conv columns, so that `crop` can rebuild the conv window of any point inside the log.
         self.conv_ring = torch.zeros(batch, C + self.conv_kernel_size[0], conv.shape[1], dtype=conv.dtype,
@@ -321,6 +330,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             kernel = _triton_decode()
             o = kernel(query, key, value, g, beta, *buffers, self.workspace, use_qk_l2norm_in_kernel=use_qk_l2norm,
                        state_v_first=self.state_v_first)
+        elif self.spec.operator == "kda":
+            o = naive_deltalog_kda_decode(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=use_qk_l2norm)
         else:
             o = naive_deltalog_gdn_decode(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=use_qk_l2norm,
                                           state_v_first=self.state_v_first)
@@ -334,6 +345,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         """
         if self.base is None or not self.has_previous_state[0]:
             raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
+        if self.spec.operator == "kda":
+            return naive_deltalog_kda_materialize(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log,
+                                                  self.length)
         return naive_deltalog_gdn_materialize(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log,
                                               self.length, state_v_first=self.state_v_first)
 
@@ -428,8 +442,11 @@ class DeltaLogLayer(LinearAttentionLayer):
         if n > 0:
             self.length.sub_(n)
             last = (self.length.to(torch.int64) - 1).clamp(min=0)
-            snapshot = self.decay_log.gather(2, last[:, None, None].expand(-1, self.num_v_heads, 1))[..., 0]
-            self.log_decay.copy_(torch.where(self.length[:, None] > 0, snapshot, torch.zeros_like(snapshot)))
+            index = last.view(-1, 1, 1, *([1] * (self.decay_log.dim() - 3)))
+            index = index.expand(-1, self.num_v_heads, 1, *self.decay_log.shape[3:])
+            snapshot = self.decay_log.gather(2, index).squeeze(2)  # Λ of the newest kept entry: [B, HV(, K)]
+            keep = (self.length > 0).view(-1, *([1] * (snapshot.dim() - 1)))
+            self.log_decay.copy_(torch.where(keep, snapshot, torch.zeros_like(snapshot)))
             self.conv_pos.sub_(n)
             self._seen -= n
         # Rebuild the conv window (its last W columns) from the ring.
@@ -484,7 +501,8 @@ class DeltaLogCache(DynamicCache):
 
     Args:
         model_or_config: the model, or its config (a wrapper config resolves to its text config).
-        merge_interval: ``M ≥ 1``. ``M = 1`` is eager dense decoding. Default (None): the family's (8 for GDN), except
+        merge_interval: ``M ≥ 1``. ``M = 1`` is eager dense decoding. Default (None): the family's (8 for GDN, 4 for
+            KDA), except
             that on the Triton backend a layer whose fp32 state is under :data:`DENSE_BELOW_STATE_BYTES` (64 MiB:
             B < 32 at HV = 32, K = V = 128) decodes densely, where DeltaLog measured slower than a dense kernel; dense
             decoding on the GPU runs FLA's ``fused_recurrent_gated_delta_rule`` when FLA is installed.
@@ -502,7 +520,7 @@ class DeltaLogCache(DynamicCache):
             spec = _resolve(model_type)
         except ValueError:
             raise ValueError(
-                f"DeltaLogCache does not support {model_type!r} models (it serves Gated DeltaNet layers of the model "
+                f"DeltaLogCache does not support {model_type!r} models (it serves the Gated DeltaNet and Kimi Delta Attention layers of "
                 f"types {', '.join(sorted(_supported()))})"
             ) from None
         layer_types = list(getattr(config, "layer_types", None) or [])
@@ -513,6 +531,8 @@ class DeltaLogCache(DynamicCache):
             )
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        if backend == "triton" and spec.operator != "gdn":
+            raise ValueError(f"backend='triton' has no {spec.operator.upper()} kernel yet; use backend='auto' or 'torch'")
         if backend == "triton" and _triton_decode() is None:
             raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
                              "use backend='auto' or 'torch'")

@@ -5,7 +5,7 @@ import pytest
 import torch
 import transformers
 from transformers import DynamicCache
-from utils import GDN, GDN_FAMILIES, family_config, max_abs, prompt_ids, rel_err, tiny_model
+from utils import FAMILIES, GDN, family_config, max_abs, prompt_ids, rel_err, tiny_model
 
 from hf_deltalog import DeltaLogCache, DeltaLogLayer
 
@@ -280,7 +280,7 @@ def test_decode_keeps_buffer_addresses():
 
 
 # ---------------------------------------------------------------------------------------------- crop
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_crop_inside_the_log_is_exact(family):
     model = tiny_model(family)
     ids = prompt_ids(2, 8)

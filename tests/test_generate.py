@@ -3,7 +3,7 @@
 import pytest
 import torch
 from transformers import DynamicCache
-from utils import BOS, GDN_FAMILIES, PAD, max_abs, prompt_ids, rel_err, tiny_model
+from utils import BOS, FAMILIES, PAD, max_abs, prompt_ids, rel_err, tiny_model
 
 from hf_deltalog import DeltaLogCache
 
@@ -22,26 +22,39 @@ def max_logit_diff(a, b):
     return max(max_abs(x, y) for x, y in zip(a.logits, b.logits))
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_greedy_matches_dynamic_cache(family, dtype):
-    """Same tokens over 3+ merge cycles (M = 8, 27 decode steps); logits bounded."""
+    """Same tokens over 3+ merge cycles (27 decode steps, the family's default M); logits bounded."""
     model = tiny_model(family, dtype)
     ids = prompt_ids(3, 7)
     ref = generate(model, ids, max_new_tokens=28, **GREEDY)
     cache = DeltaLogCache(model)
     out = generate(model, ids, cache, max_new_tokens=28, **GREEDY)
-    assert cache.merge_interval == 8 and out.past_key_values is cache
-    assert torch.equal(out.sequences, ref.sequences)
-    # fp32: the same fp32 arithmetic in another order. bf16: the recurrence runs in fp32 on both paths and is rounded
-    # once to bf16 at its output, so outputs differ by at most one bf16 ulp (2^-8), a few 1e-3 in these logits.
-    assert max_logit_diff(out, ref) <= (1e-4 if dtype == torch.float32 else 2e-2)
+    M = cache.merge_interval
+    assert M == {"gdn": 8, "kda": 4}[cache.deltalog_layers[0].spec.operator] and out.past_key_values is cache
+    if dtype == torch.float32:
+        # The same fp32 arithmetic in another order.
+        assert torch.equal(out.sequences, ref.sequences)
+        assert max_logit_diff(out, ref) <= 1e-4
+    else:
+        # bf16: the recurrence runs in fp32 on both paths and is rounded once to bf16 at its output, so outputs differ
+        # by at most one bf16 ulp (2^-8), a few 1e-3 in these logits. Tokens must agree until a step where the
+        # reference's top two logits are closer than that bound (a near tie), and logits must stay within it.
+        bound = 2e-2
+        steps = [i for i in range(28) if not torch.equal(out.sequences[:, 7 + i], ref.sequences[:, 7 + i])]
+        upto = steps[0] + 1 if steps else 28
+        assert max(max_abs(a, b) for a, b in zip(out.logits[:upto], ref.logits[:upto])) <= bound
+        if steps:
+            rows = (out.sequences[:, 7 + steps[0]] != ref.sequences[:, 7 + steps[0]]).nonzero()[:, 0]
+            top2 = ref.logits[steps[0]][rows].float().topk(2, dim=-1).values
+            assert ((top2[:, 0] - top2[:, 1]) <= bound).all(), "a token differs without a near tie"
     for layer in cache.deltalog_layers:
         assert layer.base.dtype == torch.float32 and layer.k_log.dtype == torch.float32
-        assert layer.length.tolist() == [27 % 8] * 3  # the log really filled and merged
+        assert layer.length.tolist() == [27 % M] * 3  # the log really filled and merged
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_materialized_state_equals_dense_every_step(family):
     """Drive both caches by hand: logits and every layer's logical state equal the dense path after every step."""
     model = tiny_model(family)
@@ -62,7 +75,7 @@ def test_materialized_state_equals_dense_every_step(family):
 
 
 @pytest.mark.parametrize("merge_interval", [1, 2, 3, 8, 16])
-@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next"])
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next", "kimi_linear"])
 def test_every_merge_interval_gives_the_same_tokens(family, merge_interval):
     model = tiny_model(family)
     ids = prompt_ids(2, 5, seed=3)
@@ -72,7 +85,7 @@ def test_every_merge_interval_gives_the_same_tokens(family, merge_interval):
     assert max_logit_diff(out, ref) <= 1e-4
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_beam_search(family):
     model = tiny_model(family)
     ids = prompt_ids(2, 6, seed=4)
@@ -84,7 +97,7 @@ def test_beam_search(family):
     assert torch.allclose(out.sequences_scores, ref.sequences_scores, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_sampling_with_seed(family):
     model = tiny_model(family)
     ids = prompt_ids(2, 6, seed=5)
@@ -106,7 +119,7 @@ def left_pad(rows):
     return ids, mask
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_left_padded_batch_matches_solo_runs(family):
     model = tiny_model(family)
     rows = [[BOS] + prompt_ids(1, 4, seed=6)[0].tolist(), [BOS] + prompt_ids(1, 9, seed=7)[0].tolist()]
@@ -124,7 +137,7 @@ def test_left_padded_batch_matches_solo_runs(family):
             assert got[:len(want)] == want and set(got[len(want):]) <= {PAD}, i
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "olmo_hybrid"])
+@pytest.mark.parametrize("family", ["qwen3_5", "olmo_hybrid", "bailing_hybrid"])
 def test_batch_of_one_with_padding(family):
     model = tiny_model(family)
     row = [BOS] + prompt_ids(1, 6, seed=8)[0].tolist()
@@ -138,24 +151,34 @@ def test_batch_of_one_with_padding(family):
     assert padded[0, ids.shape[1]:].tolist() == plain[0, len(row):].tolist()
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("prefill", [1, 7, 64, 65])
 def test_split_invariance(family, prefill):
-    """Prefill of `a` tokens then one-token decodes reproduces the full forward's logits."""
+    """Prefill of `a` tokens then one-token decodes reproduces the full forward's logits (and the default cache's)."""
     model = tiny_model(family)
     ids = prompt_ids(2, prefill + 9, seed=9)
-    with torch.no_grad():
-        full = model(ids).logits
-        cache = DeltaLogCache(model, merge_interval=4)
+
+    def split(cache):
         logits = [model(ids[:, :prefill], cache=cache, use_cache=True).logits]
         for t in range(prefill, ids.shape[1]):
             logits.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+        return torch.cat(logits, dim=1)
+
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = DeltaLogCache(model, merge_interval=4)
+        ours, dense = split(cache), split(DynamicCache(config=model.config))
+    assert max_abs(ours, dense) <= 1e-5
     # The full forward runs the chunked form, decoding the recurrent form: fp32 rounding in different orders.
-    assert max_abs(torch.cat(logits, dim=1), full) <= 1e-4
+    # glm5_next's indexed (sparse top-k) attention picks its keys differently in one pass than step by step, so
+    # transformers' own cache is not split-invariant there (max |Δlogit| ~0.1 at a = 7); only the default cache is
+    # the reference for it.
+    if family != "glm5_next":
+        assert max_abs(ours, full) <= 1e-4
     assert cache.get_seq_length() == ids.shape[1]
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_multi_token_continuation_on_a_populated_cache(family):
     """Decode into the log, then forward several tokens at once: exact, and the log restarts from the dense state."""
     model = tiny_model(family)
@@ -174,7 +197,7 @@ def test_multi_token_continuation_on_a_populated_cache(family):
     assert max_abs(torch.cat(parts, dim=1), full) <= 1e-4
 
 
-@pytest.mark.parametrize("family", GDN_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_multi_turn_generate_continues_the_cache(family):
     model = tiny_model(family)
     ids = prompt_ids(2, 5, seed=11)
@@ -190,7 +213,7 @@ def test_multi_turn_generate_continues_the_cache(family):
     assert ours.get_seq_length() == dense.get_seq_length() == follow_up.shape[1] + 8
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe"])
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "glm5_next"])
 def test_chunked_prefill(family):
     model = tiny_model(family)
     ids = prompt_ids(2, 13, seed=13)

@@ -19,6 +19,11 @@ MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, share
 LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
 
 GDN_FAMILIES = ["qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp", "olmo_hybrid"]
+KDA_FAMILIES = ["kimi_linear", "bailing_hybrid", "glm5_next"]
+FAMILIES = GDN_FAMILIES + KDA_FAMILIES
+# KDA: H = 4 heads of K = V = 16 (KDA ties K = V = linear_head_dim and has no GQA).
+KDA = dict(linear_num_heads=4, linear_head_dim=16, linear_conv_kernel_dim=4)
+MLA = dict(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)
 
 
 def _drop(*keys):
@@ -40,6 +45,24 @@ def family_config(name: str, **overrides):
                                    indexer_head_dim=16, indexer_budget=8, indexer_compress_ratio=4)
     elif name == "olmo_hybrid":
         cfg = t.OlmoHybridConfig(**_drop("head_dim"), **GDN, layer_types=LAYERS)
+    elif name == "kimi_linear":
+        cfg = t.KimiLinearConfig(**_drop("head_dim", "num_key_value_heads"), **KDA, **MLA, num_key_value_heads=4,
+                                 moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, q_lora_rank=None,
+                                 layer_types=LAYERS)
+    elif name == "bailing_hybrid":
+        cfg = t.BailingHybridConfig(**_drop("num_key_value_heads", "head_dim"), **MLA, num_key_value_heads=4,
+                                    head_dim=16, moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                                    n_group=1, topk_group=1, short_conv_kernel_size=4, layer_group_size=2,
+                                    first_k_dense_replace=1)
+    elif name == "glm5_next":
+        text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                    num_experts_per_tok=2, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=0, qk_nope_head_dim=16,
+                    v_head_dim=16, index_topk=8, index_kpool=4, index_head_dim=16, index_n_heads=2, **KDA, hc_mult=2,
+                    layer_types=["linear_attention", "indexed_attention"] * 2, pad_token_id=PAD, eos_token_id=EOS,
+                    bos_token_id=BOS)
+        cfg = t.Glm5NextConfig(text_config=text, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64,
+                                                                    num_heads=2, out_hidden_size=64))
     else:
         raise KeyError(name)
     for key, value in overrides.items():
@@ -53,6 +76,9 @@ _CLASSES = {
     "qwen3_5_moe": "Qwen3_5MoeForCausalLM",
     "qwen4_exp": "Qwen4ExpForCausalLM",
     "olmo_hybrid": "OlmoHybridForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM",
+    "bailing_hybrid": "BailingHybridForCausalLM",
+    "glm5_next": "Glm5NextForConditionalGeneration",
 }
 
 

@@ -19,6 +19,12 @@ __all__ = [
 ]
 
 
+def _kda_dims(config: Any) -> tuple[int, int, int, int]:
+    """``(Hk, HV, K, V)`` of a KDA layer: one head count and ``K = V = linear_head_dim``."""
+    heads, dim = int(config.linear_num_heads), int(config.linear_head_dim)
+    return heads, heads, dim, dim
+
+
 def _gdn_dims(config: Any) -> tuple[int, int, int, int]:
     """``(Hk, HV, K, V)`` of a GDN layer from its text config (the fields every GDN family reads)."""
     return (
@@ -36,7 +42,7 @@ class FamilySpec:
     Attributes:
         model_type: the text config's ``model_type`` (e.g. ``"qwen3_5_text"``).
         module: the modeling module that holds the recurrences as module globals.
-        operator: the recurrence (``"gdn"``).
+        operator: the recurrence (``"gdn"`` or ``"kda"``).
         recurrent: name of the one-token recurrence global in ``module``.
         chunk: name of the multi-token recurrence global in ``module``.
         dims: ``config -> (Hk, HV, K, V)``.
@@ -64,6 +70,18 @@ def _gdn(model_type: str, package: str) -> FamilySpec:
     )
 
 
+def _kda(model_type: str, package: str) -> FamilySpec:
+    return FamilySpec(
+        model_type=model_type,
+        module=f"transformers.models.{package}.modeling_{package}",
+        operator="kda",
+        recurrent="recurrent_kimi_delta_attention",
+        chunk="chunk_kimi_delta_attention",
+        dims=_kda_dims,
+        default_merge_interval=4,
+    )
+
+
 FAMILIES: dict[str, FamilySpec] = {
     spec.model_type: spec
     for spec in (
@@ -72,10 +90,14 @@ FAMILIES: dict[str, FamilySpec] = {
         _gdn("qwen3_5_moe_text", "qwen3_5_moe"),
         _gdn("qwen4_exp_text", "qwen4_exp"),
         _gdn("olmo_hybrid", "olmo_hybrid"),
+        _kda("kimi_linear", "kimi_linear"),
+        _kda("bailing_hybrid", "bailing_hybrid"),
+        _kda("glm5_next_text", "glm5_next"),
     )
 }
 # Wrapper configs (vision-language) whose text config is one of the above.
-_WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "qwen4_exp": "qwen4_exp_text"}
+_WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "qwen4_exp": "qwen4_exp_text",
+             "glm5_next": "glm5_next_text"}
 
 _LOCK = threading.RLock()
 # model_type -> {global name: upstream function}; present iff the family is patched.
