@@ -70,13 +70,18 @@ class _Status:
             )
 
 
-def _triton_decode() -> Callable | None:
-    """The Triton decode launcher, or None where triton (or the kernel module) is unavailable."""
+def _triton_kernels(operator: str) -> tuple[Callable, Callable] | None:
+    """``(decode, workspace)`` of the operator's Triton kernels, or None where triton (or the kernel) is unavailable."""
     try:
-        from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
+        if operator == "kda":
+            from hf_deltalog.kernels.kda.fused_deltalog import deltalog_kda_workspace as workspace
+            from hf_deltalog.kernels.kda.fused_deltalog import fused_deltalog_kda_decode as decode
+        else:
+            from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace as workspace
+            from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode as decode
     except Exception:  # noqa: BLE001 - triton missing or unusable here: the torch backend serves
         return None
-    return fused_deltalog_gdn_decode
+    return decode, workspace
 
 
 class DeltaLogState:
@@ -161,7 +166,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         return {name: getattr(self, name) for name in self._names}
 
     def _resolve_backend(self, device: torch.device) -> str:
-        kernel = _triton_decode() if self.spec.operator == "gdn" else None
+        kernel = _triton_kernels(self.spec.operator)
         on_gpu = device.type == "cuda"
         if self.requested_backend == "torch":
             return "torch"
@@ -178,15 +183,16 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.backend = self._resolve_backend(device)
         Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
         if self.auto_merge_interval:
-            small = self.backend == "triton" and batch * HV * K * V * 4 < DENSE_BELOW_STATE_BYTES
+            small = (self.backend == "triton" and self.spec.operator == "gdn"
+                     and batch * HV * K * V * 4 < DENSE_BELOW_STATE_BYTES)  # measured for GDN only
             self.merge_interval = 1 if small else self.default_merge_interval
             self.capacity = self.merge_interval - 1
         # Dense decoding (M = 1) on the GPU runs FLA's GDN kernel on the V-first base when FLA is installed.
-        gpu_dense = self.capacity == 0 and device.type == "cuda" and self.state_v_first
+        gpu_dense = self.capacity == 0 and device.type == "cuda" and self.state_v_first and self.spec.operator == "gdn"
         self.dense_kernel = _fla_dense_decode() if gpu_dense else None
         # The Triton kernel keeps the base V-first ([B, HV, V, K]): 1.3x faster than [B, HV, K, V] on an H200
         # (eval/results/); the layout is converted once here and in materialize(), never per step.
-        self.state_v_first = self.backend == "triton" and self.spec.operator == "gdn"
+        self.state_v_first = self.backend == "triton"
         C = self.capacity
         f32 = dict(dtype=torch.float32, device=device)
         conv = self.conv_states[0]
@@ -203,9 +209,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.conv_pos = torch.zeros(batch, dtype=torch.int64, device=device)
         self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "conv_ring", "conv_pos")
         if self.backend == "triton":
-            from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace
-
-            self.workspace = deltalog_gdn_workspace(batch, Hk, HV, K, C, device)  # the kernel's scratch
+            self.workspace = _triton_kernels(self.spec.operator)[1](batch, Hk, HV, K, C, device)  # kernel scratch
             self._names += ("workspace",)
         for t in self._tensors().values():
             torch._dynamo.mark_static_address(t)
@@ -327,7 +331,7 @@ class DeltaLogLayer(LinearAttentionLayer):
                                              state_v_first=self.state_v_first)
             return o, self.handle
         if self.backend == "triton":
-            kernel = _triton_decode()
+            kernel = _triton_kernels(self.spec.operator)[0]
             o = kernel(query, key, value, g, beta, *buffers, self.workspace, use_qk_l2norm_in_kernel=use_qk_l2norm,
                        state_v_first=self.state_v_first)
         elif self.spec.operator == "kda":
@@ -346,7 +350,8 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.base is None or not self.has_previous_state[0]:
             raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
         if self.spec.operator == "kda":
-            return naive_deltalog_kda_materialize(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log,
+            base = self.base.transpose(-1, -2) if self.state_v_first else self.base
+            return naive_deltalog_kda_materialize(base, self.log_decay, self.k_log, self.u_log, self.decay_log,
                                                   self.length)
         return naive_deltalog_gdn_materialize(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log,
                                               self.length, state_v_first=self.state_v_first)
@@ -531,9 +536,7 @@ class DeltaLogCache(DynamicCache):
             )
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-        if backend == "triton" and spec.operator != "gdn":
-            raise ValueError(f"backend='triton' has no {spec.operator.upper()} kernel yet; use backend='auto' or 'torch'")
-        if backend == "triton" and _triton_decode() is None:
+        if backend == "triton" and _triton_kernels(spec.operator) is None:
             raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
                              "use backend='auto' or 'torch'")
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)

@@ -223,18 +223,22 @@ def test_chunked_prefill(family):
     assert max_logit_diff(out, ref) <= 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next"])
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next", "kimi_linear", "bailing_hybrid"])
 def test_triton_backend_matches_dynamic_cache(family):
     """The fused Triton kernel end to end through generate (under TRITON_INTERPRET=1 on a machine without a GPU)."""
     pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
     model = tiny_model(family)
     ids = prompt_ids(2, 5, seed=14)
-    ref = generate(model, ids, max_new_tokens=12, **GREEDY)
+    dense = DynamicCache(config=model.config)
+    ref = generate(model, ids, dense, max_new_tokens=12, **GREEDY)
     cache = DeltaLogCache(model, merge_interval=4, backend="triton")
     out = generate(model, ids, cache, max_new_tokens=12, **GREEDY)
     assert all(layer.backend == "triton" and layer.state_v_first for layer in cache.deltalog_layers)
     assert torch.equal(out.sequences, ref.sequences)
     assert max_logit_diff(out, ref) <= 1e-4
+    for i, layer in enumerate(cache.layers):  # the V-first base comes back in transformers' layout
+        if layer in cache.deltalog_layers:
+            assert rel_err(cache.materialize(i), dense.layers[i].recurrent_states[0]) <= 1e-5
 
 
 def test_merge_interval_policy():

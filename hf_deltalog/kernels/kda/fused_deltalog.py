@@ -1,0 +1,300 @@
+"""Triton kernels for one DeltaLog Kimi Delta Attention (KDA) decode step: a prepare launch and a decode launch.
+
+Math (:mod:`hf_deltalog.kernels.kda.naive`, the executable specification; transformers'
+``recurrent_kimi_delta_attention`` for ``T = 1``): per row and value head, ``S = diag(exp(ℓ̄))·base +
+Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) K_i U_iᵀ`` with a log-decay per key channel. With ``ℓ̄' = ℓ̄ + g`` and ``a = exp(ℓ̄')``::
+
+    S'ᵀx = baseᵀ(a ⊙ x) + Σ_i ((exp(ℓ̄' − Λ_i) ⊙ K_i)·x) U_i          (x = k̂ or q̂)
+    u = β (v − S'ᵀk̂),   o = S'ᵀq̂ + (q̂·k̂) u
+
+then append ``(k̂, u, ℓ̄')`` at slot ``L`` (``L < C``) or merge ``a ⊙ base + Σ_i (exp(ℓ̄' − Λ_i) ⊙ K_i) U_iᵀ + k̂ uᵀ``
+into the base (``L = C``). Every exponent is a difference of cumulative log-decays (≤ 0 for ``g ≤ 0``).
+
+Organisation (as the GDN kernels, :mod:`hf_deltalog.kernels.gdn.fused_deltalog`):
+
+1. ``_deltalog_kda_prepare_kernel``, grid ``B · Hk``: normalises q and k once (``x / sqrt(Σx² + 1e-6)``, FLA's and
+   transformers' KDA form), and for each of its ``G`` value heads forms ``a ⊙ q̂``, ``a ⊙ k̂``, ``ℓ̄'`` and the
+   replay coefficients ``(exp(ℓ̄' − Λ_i) ⊙ K_i)·k̂`` and ``·q̂`` (the per-key rescaling of every deferred key happens
+   here, once per value head, not once per value tile); advances ``log_decay`` and appends ``k̂`` / ``ℓ̄'``.
+2. ``_deltalog_kda_decode_kernel``, grid ``B · HV · NV`` (value tile fastest): reads the base tile once, replays the
+   live ``U_i`` with the prepared coefficients, writes ``o``, then appends ``u`` or writes the merged tile; the program
+   of value head 0 and tile 0 writes the row's new ``length``.
+
+Within each launch every buffer element is written by one program and read by no other; program ids are int64
+before any offset is formed; all products are fp32 elementwise products with ``tl.sum`` (never TF32); stale log
+slots are never loaded. The base keeps transformers' ``[B, HV, K, V]`` layout, or ``[B, HV, V, K]`` with
+``state_v_first``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def _deltalog_kda_prepare_kernel(
+    q_ptr, k_ptr, g_ptr, log_decay_ptr, k_log_ptr, decay_log_ptr, length_ptr, ws_ptr, scale,
+    stride_qb, stride_qh, stride_kb, stride_kh, stride_gb, stride_gh,
+    HK: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, C: tl.constexpr, BK: tl.constexpr,
+    BC: tl.constexpr, WS: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    i_hk = pid % HK
+    i_b = pid // HK
+    ws = ws_ptr + i_b * WS
+    offs_k = tl.arange(0, BK)
+    mask_k = offs_k < K
+    b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
+        b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
+    b_q = b_q * scale
+    qk = tl.sum(b_q * b_k, axis=0)
+    tl.store(ws + i_hk * K + offs_k, b_k, mask=mask_k)  # k̂, for the merge's k̂ uᵀ
+
+    L = tl.load(length_ptr + i_b).to(tl.int32)
+    is_merge = L >= C
+    if i_hk == 0:
+        tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        live = (offs_c < L) & (offs_c < C)
+        mask_ck = live[:, None] & mask_k[None, :]
+        b_kl = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :], mask=mask_ck,
+                       other=0.0)
+        if L < C:
+            tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
+
+    for j in range(G):
+        i_hv = i_hk * G + j
+        i_bh = i_b * HV + i_hv
+        ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0) + tl.load(
+            g_ptr + i_b * stride_gb + i_hv * stride_gh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        a = tl.exp(ell)
+        p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
+        tl.store(p_ws + offs_k, a * b_k, mask=mask_k)
+        tl.store(p_ws + K + offs_k, a * b_q, mask=mask_k)
+        tl.store(p_ws + 2 * K + offs_k, ell, mask=mask_k)
+        tl.store(p_ws + 3 * K, qk)
+        if C > 0:
+            p_lam = decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :]
+            lam = tl.load(p_lam, mask=mask_ck, other=0.0)
+            decayed = tl.where(mask_ck, tl.exp(ell[None, :] - lam) * b_kl, 0.0)  # exp(ℓ̄' − Λ_i) ⊙ K_i
+            mask_c = offs_c < C
+            tl.store(p_ws + 3 * K + 1 + offs_c, tl.sum(decayed * b_k[None, :], axis=1), mask=mask_c)
+            tl.store(p_ws + 3 * K + 1 + C + offs_c, tl.sum(decayed * b_q[None, :], axis=1), mask=mask_c)
+            if L < C:
+                tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, ell, mask=mask_k)
+        tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
+
+
+@triton.jit
+def _deltalog_kda_decode_kernel(
+    v_ptr, beta_ptr, o_ptr, base_ptr, k_log_ptr, u_log_ptr, decay_log_ptr, length_ptr, ws_ptr,
+    stride_vb, stride_vh, stride_betab, stride_betah,
+    HK: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, NV: tl.constexpr, WS: tl.constexpr,
+    STATE_V_FIRST: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_bh = pid // NV
+    i_hv = i_bh % HV
+    i_b = i_bh // HV
+    i_hk = i_hv // G
+    ws = ws_ptr + i_b * WS
+    offs_k = tl.arange(0, BK)
+    mask_k = offs_k < K
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_v = offs_v < V
+
+    L = tl.load(ws + WS - 1).to(tl.int32)
+    is_merge = L >= C
+    p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
+    b_ak = tl.load(p_ws + offs_k, mask=mask_k, other=0.0)
+    b_aq = tl.load(p_ws + K + offs_k, mask=mask_k, other=0.0)
+    qk = tl.load(p_ws + 3 * K)
+
+    if STATE_V_FIRST:
+        p_h = base_ptr + i_bh * (K * V) + offs_v[:, None] * K + offs_k[None, :]  # [BV, BK]
+        mask_h = mask_v[:, None] & mask_k[None, :]
+        b_h = tl.load(p_h, mask=mask_h, other=0.0)
+        s_k = tl.sum(b_h * b_ak[None, :], axis=1)
+        s_q = tl.sum(b_h * b_aq[None, :], axis=1)
+    else:
+        p_h = base_ptr + i_bh * (K * V) + offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        b_h = tl.load(p_h, mask=mask_h, other=0.0)
+        s_k = tl.sum(b_h * b_ak[:, None], axis=0)
+        s_q = tl.sum(b_h * b_aq[:, None], axis=0)
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        live = (offs_c < L) & (offs_c < C)
+        ck = tl.load(p_ws + 3 * K + 1 + offs_c, mask=live, other=0.0)
+        cq = tl.load(p_ws + 3 * K + 1 + C + offs_c, mask=live, other=0.0)
+        b_u = tl.load(u_log_ptr + i_bh * (C * V) + offs_c[:, None] * V + offs_v[None, :],
+                      mask=live[:, None] & mask_v[None, :], other=0.0)  # [BC, BV], live entries only
+        s_k += tl.sum(ck[:, None] * b_u, axis=0)
+        s_q += tl.sum(cq[:, None] * b_u, axis=0)
+
+    b_v = tl.load(v_ptr + i_b * stride_vb + i_hv * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+    b_beta = tl.load(beta_ptr + i_b * stride_betab + i_hv * stride_betah).to(tl.float32)
+    b_u_new = b_beta * (b_v - s_k)
+    tl.store(o_ptr + i_bh * V + offs_v, (s_q + qk * b_u_new).to(o_ptr.dtype.element_ty), mask=mask_v)
+
+    if is_merge:
+        ell = tl.load(p_ws + 2 * K + offs_k, mask=mask_k, other=0.0)
+        b_k = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
+        if STATE_V_FIRST:
+            b_s = b_h * tl.exp(ell)[None, :] + b_u_new[:, None] * b_k[None, :]
+        else:
+            b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_u_new[None, :]
+        for i in range(C):  # merge rows have every slot live (L = C)
+            lam_i = tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
+            k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
+            k_i = tl.exp(ell - lam_i) * k_i
+            u_i = tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
+            if STATE_V_FIRST:
+                b_s += u_i[:, None] * k_i[None, :]
+            else:
+                b_s += k_i[:, None] * u_i[None, :]
+        tl.store(p_h, b_s, mask=mask_h)
+    else:
+        if C > 0:
+            tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_u_new, mask=mask_v)
+    if (i_hv == 0) & (i_v == 0):
+        tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def kda_workspace_size(Hk: int, HV: int, K: int, C: int) -> int:
+    """fp32 elements of one row's workspace: k̂ per key head, ``(a⊙k̂, a⊙q̂, ℓ̄', q̂·k̂, 2C coefficients)`` per
+    value head, and the phase."""
+    return Hk * K + HV * (3 * K + 1 + 2 * C) + 1
+
+
+def deltalog_kda_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
+    """Scratch buffer of :func:`fused_deltalog_kda_decode`: fp32 ``[B, Hk·K + HV·(3K + 1 + 2C) + 1]``; its content
+    between calls does not matter."""
+    return torch.zeros(B, kda_workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
+
+
+def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first):
+    named = dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
+                 decay_log=decay_log, length=length, workspace=workspace)
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if q.dim() != 4 or k.shape != q.shape or q.shape[1] != 1:
+        raise ValueError(f"q and k must both be [B, 1, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    B, _, Hk, K = q.shape
+    if v.dim() != 4 or v.shape[:2] != (B, 1) or v.shape[2] % Hk:
+        raise ValueError(f"v must be [B, 1, HV, V] with B = {B} and HV a multiple of Hk = {Hk}; got {tuple(v.shape)}")
+    HV, V = v.shape[2], v.shape[3]
+    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    expect_base = (B, HV, V, K) if state_v_first else (B, HV, K, V)
+    for name, t, shape in (("g", g, (B, 1, HV, K)), ("beta", beta, (B, 1, HV)), ("base", base, expect_base),
+                           ("log_decay", log_decay, (B, HV, K)), ("k_log", k_log, (B, Hk, C, K)),
+                           ("u_log", u_log, (B, HV, C, V)), ("decay_log", decay_log, (B, HV, C, K)),
+                           ("length", length, (B,)), ("workspace", workspace, (B, kda_workspace_size(Hk, HV, K, C)))):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}; got {tuple(t.shape)}")
+    for name in ("q", "k", "v"):
+        if named[name].dtype not in _ACT_DTYPES:
+            raise TypeError(f"{name} must be bfloat16, float16 or float32; got {named[name].dtype}")
+    for name in ("g", "beta"):
+        if not named[name].is_floating_point():
+            raise TypeError(f"{name} must be a floating dtype; got {named[name].dtype}")
+    for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "workspace"):
+        if named[name].dtype != torch.float32:
+            raise TypeError(f"{name} must be float32; got {named[name].dtype}")
+    if length.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"length must be int32 or int64; got {length.dtype}")
+    if len({t.device for t in named.values()}) != 1:
+        raise ValueError("all tensors must be on one device")
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {q.device}")
+    for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
+        if not named[name].is_contiguous():
+            raise ValueError(f"{name} must be contiguous (it is updated in place)")
+    for name in ("q", "k", "v", "g"):
+        if named[name].stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
+
+
+@torch.no_grad()
+def fused_deltalog_kda_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    u_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    workspace: torch.Tensor,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = True,
+    state_v_first: bool = False,
+    *,
+    block_v: int = 8,
+    num_warps: int = 1,
+) -> torch.Tensor:
+    """One DeltaLog KDA decode step for every row (two launches, no host sync; buffers updated in place).
+
+    Same semantics as :func:`hf_deltalog.kernels.kda.naive.naive_deltalog_kda_decode`.
+
+    Args:
+        q, k: ``[B, 1, Hk, K]`` bf16/fp16/fp32; v: ``[B, 1, HV, V]``; g: ``[B, 1, HV, K]`` log-decay per key channel
+            (any float dtype); beta: ``[B, 1, HV]``.
+        base: fp32 ``[B, HV, K, V]`` (``[B, HV, V, K]`` with ``state_v_first``); log_decay: fp32 ``[B, HV, K]``;
+        k_log: fp32 ``[B, Hk, C, K]``; u_log: fp32 ``[B, HV, C, V]``; decay_log: fp32 ``[B, HV, C, K]``;
+        length: int32/int64 ``[B]``; workspace: :func:`deltalog_kda_workspace`. All mutated in place.
+        scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps.
+
+    Returns:
+        ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
+
+    Raises:
+        TypeError, ValueError: wrong dtypes, shapes, devices, layouts (messages say what is accepted).
+    """
+    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first)
+    B, _, Hk, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    C = k_log.shape[2]
+    scale = float(K**-0.5 if scale is None else scale)
+    o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
+    if B == 0:
+        return o
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
+    NV = triton.cdiv(V, BV)
+    WS = kda_workspace_size(Hk, HV, K, C)
+    kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
+    _deltalog_kda_prepare_kernel[(B * Hk,)](
+        q, k, g, log_decay, kl, dl, length, workspace, scale,
+        q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel),
+        num_warps=1 if BK * BC <= 2048 else 4,
+    )
+    _deltalog_kda_decode_kernel[(B * HV * NV,)](
+        v, beta, o, base, kl, ul, dl, length, workspace,
+        v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS,
+        STATE_V_FIRST=bool(state_v_first), num_warps=num_warps,
+    )
+    return o

@@ -1,0 +1,114 @@
+"""CPU tests of the KDA DeltaLog Triton kernels under the Triton interpreter, against the PyTorch reference."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before any triton import
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed: the KDA Triton kernels cannot run")
+
+from hf_deltalog.kernels.kda.fused_deltalog import deltalog_kda_workspace, fused_deltalog_kda_decode  # noqa: E402
+from hf_deltalog.kernels.kda.naive import (  # noqa: E402
+    naive_deltalog_kda_decode,
+    naive_deltalog_kda_materialize,
+    naive_recurrent_kda,
+)
+
+NAMES = ("base", "log_decay", "k_log", "u_log", "decay_log", "length")
+
+
+def make_state(B, Hk, HV, K, V, M, lengths, seed):
+    """Buffers with lengths[b] live entries (consistent cumulative decays, normalised keys); stale slots hold NaN."""
+    gen = torch.Generator().manual_seed(seed)
+    C, nan = M - 1, float("nan")
+    base = torch.randn(B, HV, K, V, generator=gen) * 0.5
+    log_decay = torch.zeros(B, HV, K)
+    k_log, u_log = torch.full((B, Hk, C, K), nan), torch.full((B, HV, C, V), nan)
+    decay_log = torch.full((B, HV, C, K), nan)
+    for b, L in enumerate(lengths):
+        lam = (-torch.rand(HV, L + 1, K, generator=gen) * 0.3).cumsum(1)
+        if L:
+            decay_log[b, :, :L] = lam[:, :L]
+            k_log[b, :, :L] = torch.nn.functional.normalize(torch.randn(Hk, L, K, generator=gen), dim=-1)
+            u_log[b, :, :L] = torch.randn(HV, L, V, generator=gen) * 0.3
+            log_decay[b] = lam[:, L - 1]
+    return [base, log_decay, k_log, u_log, decay_log, torch.tensor(lengths, dtype=torch.int32)]
+
+
+def make_inputs(B, Hk, HV, K, V, dtype, gen):
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    return (r(B, 1, Hk, K).to(dtype), r(B, 1, Hk, K).to(dtype), r(B, 1, HV, V).to(dtype),
+            (-torch.rand(B, 1, HV, K, generator=gen) * 0.4).to(dtype), torch.rand(B, 1, HV, generator=gen).to(dtype))
+
+
+def to_layout(state, v_first):
+    return [state[0].transpose(-1, -2).contiguous() if v_first else state[0], *state[1:]]
+
+
+# fp32: the same arithmetic in another summation order. Half dtypes: the output is rounded once to the half dtype
+# after fp32 arithmetic, so it may differ by one ulp of that dtype.
+OUT_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
+           torch.float16: dict(rtol=2e-3, atol=2e-3)}
+
+
+@pytest.mark.parametrize("M,v_first,dtype,lengths", [
+    (1, False, torch.float32, [0, 0, 0]),
+    (2, True, torch.float32, [0, 1, 0]),
+    (4, False, torch.float32, [3, 0, 2]),
+    (4, True, torch.bfloat16, [1, 3, 2]),
+    (9, False, torch.float16, [8, 4, 0]),
+])
+def test_stepwise_matches_naive(M, v_first, dtype, lengths):
+    B, Hk, HV, K, V = 3, 2, 2, 16, 8
+    ref = make_state(B, Hk, HV, K, V, M, lengths, seed=1)
+    ours = to_layout([t.clone() for t in ref], v_first)
+    ws = deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu").fill_(float("nan"))
+    gen = torch.Generator().manual_seed(2)
+    for step in range(2 * M + 1):
+        x = make_inputs(B, Hk, HV, K, V, dtype, gen)
+        o = fused_deltalog_kda_decode(*x, *ours, ws, state_v_first=v_first)
+        o_ref = naive_deltalog_kda_decode(*x, *ref)
+        assert torch.isfinite(o).all(), step
+        torch.testing.assert_close(o.float(), o_ref.float(), **OUT_TOL[dtype], msg=f"step {step}")
+        got = to_layout(ours, v_first)  # the same transposition undoes itself
+        for name, a, b in zip(NAMES, got, ref):
+            assert torch.equal(a.isnan(), b.isnan()), f"step {step}: {name} NaN pattern"
+            if a.is_floating_point():
+                torch.testing.assert_close(a.nan_to_num(0.0), b.nan_to_num(0.0), rtol=1e-5, atol=2e-6,
+                                           msg=f"step {step}: {name}")
+            else:
+                assert torch.equal(a, b), f"step {step}: {name}"
+
+
+def test_rollout_matches_fp64_recurrence():
+    B, Hk, HV, K, V, M = 2, 1, 2, 16, 16, 4
+    state = make_state(B, Hk, HV, K, V, M, [0, 2], seed=3)
+    S = naive_deltalog_kda_materialize(*[t.double() if t.is_floating_point() else t for t in state])
+    ws = deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu")
+    gen = torch.Generator().manual_seed(4)
+    for step in range(3 * M + 1):
+        x = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
+        o = fused_deltalog_kda_decode(*x, *state, ws)
+        o_ref, S = naive_recurrent_kda(*(t.double() for t in x), initial_state=S, output_final_state=True,
+                                       use_qk_l2norm_in_kernel=True)
+        assert (o.double() - o_ref).abs().max() / o_ref.abs().max() < 2e-5, step
+        assert (naive_deltalog_kda_materialize(*state).double() - S).abs().max() / S.abs().max() < 2e-5, step
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (lambda a: a.__setitem__(3, a[3][..., 0]), ValueError, "g must have shape"),
+    (lambda a: a.__setitem__(6, a[6][..., 0].contiguous()), ValueError, "log_decay must have shape"),
+    (lambda a: a.__setitem__(9, a[9].double()), TypeError, "decay_log must be float32"),
+    (lambda a: a.__setitem__(11, a[11][:, :-1].contiguous()), ValueError, "workspace must have shape"),
+])
+def test_launcher_errors(bad, error, match):
+    B, Hk, HV, K, V, M = 2, 1, 1, 16, 8, 3
+    args = list(make_inputs(B, Hk, HV, K, V, torch.float32, torch.Generator().manual_seed(5)))
+    args += make_state(B, Hk, HV, K, V, M, [0, 1], seed=6) + [deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu")]
+    bad(args)
+    with pytest.raises(error, match=match):
+        fused_deltalog_kda_decode(*args)
