@@ -1,4 +1,7 @@
-"""One-token GDN decode benchmark: fused DeltaLog kernel vs FLA fused_recurrent vs a torch.compile'd dense step.
+"""One-token GDN / KDA decode benchmark: DeltaLog kernels vs FLA fused_recurrent vs a torch.compile'd dense step.
+
+``--operator kda`` benchmarks Kimi Delta Attention (H = 32 heads, K = V = 128, decay per key channel) against FLA's
+``fused_recurrent_kda``; outputs are then named ``bench_kda_decode.*``.
 
 Spec (H200 run): HV = 32 value heads, Hk = 16 key heads, K = V = 128, fp32 state, bf16 activations,
 B in {1, 8, 32, 64, 128, 256, 512}, DeltaLog M in {2, 4, 8, 16, 32} (log capacity C = M - 1), both base layouts.
@@ -53,6 +56,51 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+class Operator:
+    """What differs between the recurrences benchmarked here: GDN (scalar decay per value head) and KDA (a decay per
+    key channel). Selected by ``--operator``; every function below goes through ``OP``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.per_key = name == "kda"
+
+    def kernels(self):
+        if self.name == "kda":
+            from hf_deltalog.kernels.kda.fused_deltalog import deltalog_kda_workspace, fused_deltalog_kda_decode
+
+            return fused_deltalog_kda_decode, deltalog_kda_workspace
+        from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace, fused_deltalog_gdn_decode
+
+        return fused_deltalog_gdn_decode, deltalog_gdn_workspace
+
+    def decode(self, *args, state_v_first=False, block_v=None, num_warps=None):
+        kernel = self.kernels()[0]
+        kw = dict(state_v_first=state_v_first)
+        if block_v:
+            kw["block_v"] = block_v
+        if num_warps:
+            kw["num_warps"] = num_warps
+        if self.name == "gdn":
+            kw["use_custom_op"] = False
+        return kernel(*args, **kw)
+
+    def references(self):
+        """(naive recurrence, materialize(base, ..., state_v_first))."""
+        if self.name == "kda":
+            from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_materialize, naive_recurrent_kda
+
+            def materialize(base, *log, state_v_first=False):
+                return naive_deltalog_kda_materialize(base.transpose(-1, -2) if state_v_first else base, *log)
+
+            return naive_recurrent_kda, materialize
+        from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_materialize, naive_recurrent_gated_delta_rule
+
+        return naive_recurrent_gated_delta_rule, naive_deltalog_gdn_materialize
+
+
+OP = Operator("gdn")
+
+
 @dataclass(frozen=True)
 class Shape:
     B: int
@@ -66,12 +114,14 @@ class Shape:
         return self.B * self.HV * self.K * self.V * 4
 
     def log_entry_bytes(self) -> int:
-        """Bytes of one log entry over all rows: k (per key head) + u (per value head) + Λ (per value head), fp32."""
-        return self.B * (self.Hk * self.K + self.HV * self.V + self.HV) * 4
+        """Bytes of one log entry over all rows: k (per key head) + u (per value head) + Λ (per value head: one
+        scalar for GDN, K for KDA), fp32."""
+        return self.B * (self.Hk * self.K + self.HV * self.V + self.HV * (self.K if OP.per_key else 1)) * 4
 
     def act_bytes(self, elt: int = 2) -> int:
         """q, k, v read and o written (activations), g and beta read (fp32)."""
-        return self.B * (2 * self.Hk * self.K + 2 * self.HV * self.V) * elt + self.B * self.HV * 2 * 4
+        gate = self.HV * ((self.K if OP.per_key else 1) + 1) * 4
+        return self.B * (2 * self.Hk * self.K + 2 * self.HV * self.V) * elt + self.B * gate
 
 
 def deltalog_phase_bytes(s: Shape, M: int, c: int) -> int:
@@ -222,25 +272,26 @@ def make_inputs(torch, s: Shape, dtype, device, gen):
     q = torch.randn(s.B, 1, s.Hk, s.K, generator=gen).to(device=device, dtype=dtype)
     k = torch.randn(s.B, 1, s.Hk, s.K, generator=gen).to(device=device, dtype=dtype)
     v = torch.randn(s.B, 1, s.HV, s.V, generator=gen).to(device=device, dtype=dtype)
-    g = (-torch.nn.functional.softplus(torch.randn(s.B, 1, s.HV, generator=gen) - 2.0) * 0.5).to(device)
+    gate_shape = (s.B, 1, s.HV, s.K) if OP.per_key else (s.B, 1, s.HV)
+    g = (-torch.nn.functional.softplus(torch.randn(*gate_shape, generator=gen) - 2.0) * 0.5).to(device)
     beta = torch.sigmoid(torch.randn(s.B, 1, s.HV, generator=gen)).to(device)
     return q, k, v, g, beta
 
 
 def make_deltalog_set(torch, s: Shape, M: int, v_first: bool, device, gen):
-    from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace
-
+    workspace = OP.kernels()[1]
+    per_key = (s.K,) if OP.per_key else ()
     C = M - 1
     shape = (s.B, s.HV, s.V, s.K) if v_first else (s.B, s.HV, s.K, s.V)
     base = (torch.randn(shape, generator=gen) * 0.05).to(device)
     return dict(
         base=base,
-        log_decay=torch.zeros(s.B, s.HV, device=device),
+        log_decay=torch.zeros(s.B, s.HV, *per_key, device=device),
         k_log=torch.zeros(s.B, s.Hk, C, s.K, device=device),
         u_log=torch.zeros(s.B, s.HV, C, s.V, device=device),
-        decay_log=torch.zeros(s.B, s.HV, C, device=device),
+        decay_log=torch.zeros(s.B, s.HV, C, *per_key, device=device),
         length=torch.zeros(s.B, dtype=torch.int32, device=device),
-        workspace=deltalog_gdn_workspace(s.B, s.Hk, s.HV, s.K, C, device),
+        workspace=workspace(s.B, s.Hk, s.HV, s.K, C, device),
     )
 
 
@@ -255,13 +306,16 @@ def n_sets(s: Shape, l2_bytes: int, max_sets: int) -> int:
 
 def dense_step_fn(torch):
     from hf_deltalog.kernels.gdn.naive import l2norm
+    from hf_deltalog.kernels.kda.naive import kda_l2norm
+
+    norm = kda_l2norm if OP.per_key else l2norm
 
     def dense_step(q, k, v, g, beta, S, scale: float):
-        """Dense GDN decode step, state [B, HV, K, V] fp32 updated in place (transformers' recurrence, T = 1)."""
+        """Dense decode step, state [B, HV, K, V] fp32 updated in place (transformers' recurrence, T = 1)."""
         G = S.shape[1] // q.shape[2]
-        qf = (l2norm(q[:, 0].float()) * scale).repeat_interleave(G, 1)
-        kf = l2norm(k[:, 0].float()).repeat_interleave(G, 1)
-        S.mul_(g[:, 0].float().exp()[..., None, None])
+        qf = (norm(q[:, 0].float()) * scale).repeat_interleave(G, 1)
+        kf = norm(k[:, 0].float()).repeat_interleave(G, 1)
+        S.mul_(g[:, 0].float().exp()[..., None] if OP.per_key else g[:, 0].float().exp()[..., None, None])
         u = beta[:, 0].float()[..., None] * (v[:, 0].float() - (S * kf[..., None]).sum(-2))
         S.add_(kf[..., None] * u[..., None, :])
         return (S * qf[..., None]).sum(-2).to(q.dtype)[:, None]
@@ -271,6 +325,10 @@ def dense_step_fn(torch):
 
 def load_fla():
     try:
+        if OP.per_key:
+            from fla.ops.kda import fused_recurrent_kda
+
+            return fused_recurrent_kda, None
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
         return fused_recurrent_gated_delta_rule, None
@@ -293,17 +351,15 @@ def pkg_version(name: str):
 
 def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, block_v=None, num_warps=None):
     torch, timer, dev = ctx["torch"], ctx["timer"], ctx["device"]
-    from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
-
     gen = torch.Generator().manual_seed(100 + M)
     sets = [make_deltalog_set(torch, s, M, v_first, dev, gen) for _ in range(R)]
     inputs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(R)]
 
     def step(r):
         st = sets[r]
-        return lambda: fused_deltalog_gdn_decode(
+        return lambda: OP.decode(
             *inputs[r], st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"], st["length"],
-            st["workspace"], state_v_first=v_first, block_v=block_v, num_warps=num_warps, use_custom_op=False,
+            st["workspace"], state_v_first=v_first, block_v=block_v, num_warps=num_warps,
         )
 
     steps = [step(r) for r in range(R)]
@@ -406,14 +462,13 @@ def measure_bandwidth(ctx, nbytes: int):
 def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
     """Relative errors vs float64 of ours (each M, both layouts) and FLA over a ``steps``-token rollout."""
     torch, dev = ctx["torch"], ctx["device"]
-    from hf_deltalog.kernels.gdn.fused_deltalog import fused_deltalog_gdn_decode
-    from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_materialize, naive_recurrent_gated_delta_rule
+    naive_recurrent, materialize = OP.references()
 
     s = Shape(B=B, **shape_kw)
     gen = torch.Generator().manual_seed(1234 + B)
     xs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(steps)]
     q, k, v, g, beta = (torch.cat([x[i] for x in xs], dim=1) for i in range(5))
-    o_ref, S_ref = naive_recurrent_gated_delta_rule(
+    o_ref, S_ref = naive_recurrent(
         q.double(), k.double(), v.double(), g.double(), beta.double(), output_final_state=True,
         use_qk_l2norm_in_kernel=True,
     )
@@ -428,11 +483,10 @@ def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
             st["base"].zero_()
             outs = []
             for t in range(steps):
-                outs.append(fused_deltalog_gdn_decode(*xs[t], st["base"], st["log_decay"], st["k_log"], st["u_log"],
-                                                      st["decay_log"], st["length"], st["workspace"],
-                                                      state_v_first=v_first))
-            S = naive_deltalog_gdn_materialize(st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"],
-                                               st["length"], state_v_first=v_first)
+                outs.append(OP.decode(*xs[t], st["base"], st["log_decay"], st["k_log"], st["u_log"],
+                                      st["decay_log"], st["length"], st["workspace"], state_v_first=v_first))
+            S = materialize(st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"],
+                            st["length"], state_v_first=v_first)
             rec["results"].append(dict(variant="ours", M=M, layout="VK" if v_first else "KV",
                                        out_rel=rel(torch.cat(outs, 1), o_ref), state_rel=rel(S, S_ref)))
     if ctx["fla"] is not None:
@@ -549,14 +603,14 @@ CSV_FIELDS = [
 
 def write_outputs(out_dir: Path, result, final: bool):
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_gdn_decode.json").write_text(json.dumps(result, indent=1, default=str))
-    with open(out_dir / "bench_gdn_decode.csv", "w", newline="") as f:
+    (out_dir / f"bench_{OP.name}_decode.json").write_text(json.dumps(result, indent=1, default=str))
+    with open(out_dir / f"bench_{OP.name}_decode.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         for r in result["rows"]:
             w.writerow(r)
     if final:
-        plot(out_dir / "bench_gdn_decode.png", result)
+        plot(out_dir / f"bench_{OP.name}_decode.png", result)
 
 
 def plot(path: Path, result):
@@ -595,7 +649,7 @@ def plot(path: Path, result):
     ax.set_xlabel("batch B")
     ax.set_ylabel("µs per decode token (amortized)")
     env = result["env"]
-    ax.set_title(f"GDN decode, HV={result['shape']['HV']} Hk={result['shape']['Hk']} K=V={result['shape']['K']}, "
+    ax.set_title(f"{OP.name.upper()} decode, HV={result['shape']['HV']} Hk={result['shape']['Hk']} K=V={result['shape']['K']}, "
                  f"{env.get('gpu') or 'CPU smoke'}")
     ax.legend(fontsize=6, ncol=2)
     ax.grid(True, which="both", linewidth=0.3)
@@ -645,6 +699,7 @@ def print_table(result):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(REPO_ROOT / "eval" / "results"), help="output folder (default eval/results/)")
+    p.add_argument("--operator", choices=["gdn", "kda"], default="gdn", help="the recurrence (default gdn)")
     p.add_argument("--quick", action="store_true", help="small GPU subset: B in {1, 64, 256}, M in {4, 16}")
     p.add_argument("--cpu-smoke", action="store_true", help="CPU + Triton interpreter, tiny shapes, wall-clock only")
     p.add_argument("--batches", type=int, nargs="*", default=None)
@@ -666,7 +721,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    global OP
     args = parse_args(argv)
+    OP = Operator(args.operator)
     if args.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog.kernels.gdn imports it)
     import torch
@@ -677,7 +734,7 @@ def main(argv=None):
 
     if args.cpu_smoke:
         device = torch.device("cpu")
-        shape_kw = dict(Hk=2, HV=4, K=16, V=16)
+        shape_kw = dict(Hk=4, HV=4, K=16, V=16) if OP.per_key else dict(Hk=2, HV=4, K=16, V=16)
         Bs, Ms = args.batches or [1, 2], args.ms or [2, 4]
         num_Bs, num_Ms, steps = args.numerics_batches or [2], args.numerics_ms or [2, 4], args.rollout_steps or 8
         timer, bw_bytes, l2 = CpuTimer(), 1 << 24, 1 << 20
@@ -687,7 +744,8 @@ def main(argv=None):
         if not torch.cuda.is_available():
             sys.exit("no CUDA device: run on a GPU, or use --cpu-smoke")
         device = torch.device("cuda", torch.cuda.current_device())
-        shape_kw = dict(Hk=16, HV=32, K=128, V=128)
+        # GDN: Qwen3.5/3.6 heads (16 key heads, 32 value heads); KDA: Kimi-Linear's 32 heads (no GQA).
+        shape_kw = dict(Hk=32, HV=32, K=128, V=128) if OP.per_key else dict(Hk=16, HV=32, K=128, V=128)
         if args.quick:
             Bs, Ms, num_Bs, steps = [1, 64, 256], [4, 16], [64], 32
         else:
@@ -812,7 +870,7 @@ def main(argv=None):
 
     result["wall_s"] = time.perf_counter() - t_start
     write_outputs(out_dir, result, final=True)
-    (out_dir / "bench_gdn_decode.json").write_text(json.dumps(result, indent=1, default=str))
+    (out_dir / f"bench_{OP.name}_decode.json").write_text(json.dumps(result, indent=1, default=str))
     print_table(result)
     return result
 
