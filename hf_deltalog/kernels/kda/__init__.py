@@ -1,5 +1,5 @@
-"""Kimi Delta Attention (KDA) decode: pure-PyTorch references (eager dense and DeltaLog). The Triton kernel and the
-cache integration of the KDA families are not built yet."""
+"""Kimi Delta Attention (KDA) decode: pure-PyTorch references (eager dense and DeltaLog, ``naive``) and the Triton
+DeltaLog kernels (``fused_deltalog``, imported on use: it needs triton)."""
 
 from hf_deltalog.kernels.kda.naive import (
     kda_l2norm,

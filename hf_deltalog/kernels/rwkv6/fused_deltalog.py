@@ -1,0 +1,256 @@
+"""Triton kernels for one DeltaLog RWKV6 decode step: a prepare launch and a decode launch (no host sync).
+
+Math (:mod:`hf_deltalog.kernels.rwkv6.naive`, the executable specification; FLA's ``fused_recurrent_rwkv6`` for one
+token): the output reads the state *before* this step, ``S_{t-1} = diag(exp(ℓ̄))·base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i))
+k_i v_iᵀ``, plus the bonus::
+
+    o = baseᵀ(exp(ℓ̄) ⊙ r̃) + Σ_i ((exp(ℓ̄ − Λ_i) ⊙ k_i)·r̃) v_i + (r̃·(u ⊙ k)) v          (r̃ = scale·r)
+
+then ``ℓ̄' = ℓ̄ + w`` and the row appends ``(k, v, ℓ̄')`` (``L < C``) or merges ``exp(ℓ̄') ⊙ base + Σ_i (exp(ℓ̄' − Λ_i)
+⊙ k_i) v_iᵀ + k vᵀ`` into the base (``L = C``). No delta-rule correction: nothing depends on the state but ``o``.
+
+1. ``_deltalog_rwkv6_prepare_kernel``, grid ``B · H``: forms ``exp(ℓ̄) ⊙ r̃``, the replay coefficients and the bonus
+   once per head, advances ``log_decay``, appends ``k``, ``v`` and ``ℓ̄'`` (append rows), and writes the workspace.
+2. ``_deltalog_rwkv6_decode_kernel``, grid ``B · H · NV``: one base tile per program, replays the live ``v_i``
+   columns, writes ``o``; on merge rows writes the merged tile. Head 0, tile 0 writes the row's new ``length``.
+
+Same contract as the GDN and KDA kernels: within a launch every element is written by one program and read by no
+other; int64 offsets; fp32 elementwise products with ``tl.sum`` (never TF32); stale slots never reach an output. Log
+factors may be stored in the activation dtype (they are the model's own inputs); state and decays are fp32.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
+
+
+@triton.jit
+def _deltalog_rwkv6_prepare_kernel(
+    r_ptr, k_ptr, v_ptr, w_ptr, u_ptr, log_decay_ptr, k_log_ptr, v_log_ptr, decay_log_ptr, length_ptr, ws_ptr, scale,
+    stride_rb, stride_rh, stride_kb, stride_kh, stride_vb, stride_vh, stride_wb, stride_wh,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BVF: tl.constexpr,
+    BC: tl.constexpr, WS: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    i_h = pid % H
+    i_b = pid // H
+    i_bh = i_b * H + i_h
+    ws = ws_ptr + i_b * WS + i_h * (3 * K + 1 + C)
+    offs_k = tl.arange(0, BK)
+    mask_k = offs_k < K
+    b_r = tl.load(r_ptr + i_b * stride_rb + i_h * stride_rh + offs_k, mask=mask_k, other=0.0).to(tl.float32) * scale
+    b_k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    b_w = tl.load(w_ptr + i_b * stride_wb + i_h * stride_wh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    b_u = tl.load(u_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0)  # ℓ̄ before this step
+    L = tl.load(length_ptr + i_b).to(tl.int32)
+    is_merge = L >= C
+
+    tl.store(ws + offs_k, tl.exp(ell) * b_r, mask=mask_k)
+    tl.store(ws + K + offs_k, ell + b_w, mask=mask_k)  # ℓ̄', for the merge
+    tl.store(ws + 2 * K + offs_k, b_k, mask=mask_k)  # k, for the merge's k vᵀ
+    tl.store(ws + 3 * K, tl.sum(b_r * b_u * b_k, axis=0))  # the bonus r̃·(u ⊙ k)
+    if i_h == 0:
+        tl.store(ws_ptr + i_b * WS + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        live = (offs_c < L) & (offs_c < C)
+        mask_ck = live[:, None] & mask_k[None, :]
+        b_kl = tl.load(k_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], mask=mask_ck,
+                       other=0.0).to(tl.float32)
+        lam = tl.load(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], mask=mask_ck, other=0.0)
+        coef = tl.sum(tl.where(mask_ck, tl.exp(ell[None, :] - lam) * b_kl, 0.0) * b_r[None, :], axis=1)
+        tl.store(ws + 3 * K + 1 + offs_c, coef, mask=offs_c < C)
+        if L < C:
+            offs_vf = tl.arange(0, BVF)
+            mask_vf = offs_vf < V
+            b_v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_vf, mask=mask_vf, other=0.0)
+            tl.store(k_log_ptr + i_bh * (C * K) + L * K + offs_k, b_k.to(k_log_ptr.dtype.element_ty), mask=mask_k)
+            tl.store(v_log_ptr + i_bh * (C * V) + L * V + offs_vf, b_v.to(v_log_ptr.dtype.element_ty), mask=mask_vf)
+            tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, ell + b_w, mask=mask_k)
+    tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell + b_w), mask=mask_k)
+
+
+@triton.jit
+def _deltalog_rwkv6_decode_kernel(
+    v_ptr, o_ptr, base_ptr, k_log_ptr, v_log_ptr, decay_log_ptr, length_ptr, ws_ptr, stride_vb, stride_vh,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BC: tl.constexpr, NV: tl.constexpr, WS: tl.constexpr, STATE_V_FIRST: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_bh = pid // NV
+    i_h = i_bh % H
+    i_b = i_bh // H
+    ws = ws_ptr + i_b * WS + i_h * (3 * K + 1 + C)
+    offs_k = tl.arange(0, BK)
+    mask_k = offs_k < K
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_v = offs_v < V
+
+    L = tl.load(ws_ptr + i_b * WS + WS - 1).to(tl.int32)
+    is_merge = L >= C
+    b_ar = tl.load(ws + offs_k, mask=mask_k, other=0.0)
+    if STATE_V_FIRST:
+        p_h = base_ptr + i_bh * (K * V) + offs_v[:, None] * K + offs_k[None, :]  # [BV, BK]
+        mask_h = mask_v[:, None] & mask_k[None, :]
+        b_h = tl.load(p_h, mask=mask_h, other=0.0)
+        b_o = tl.sum(b_h * b_ar[None, :], axis=1)
+    else:
+        p_h = base_ptr + i_bh * (K * V) + offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        b_h = tl.load(p_h, mask=mask_h, other=0.0)
+        b_o = tl.sum(b_h * b_ar[:, None], axis=0)
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        live = (offs_c < L) & (offs_c < C)
+        coef = tl.load(ws + 3 * K + 1 + offs_c, mask=live, other=0.0)
+        b_vl = tl.load(v_log_ptr + i_bh * (C * V) + offs_c[:, None] * V + offs_v[None, :],
+                       mask=live[:, None] & mask_v[None, :], other=0.0).to(tl.float32)
+        b_o += tl.sum(coef[:, None] * b_vl, axis=0)
+    b_v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+    b_o += tl.load(ws + 3 * K) * b_v
+    tl.store(o_ptr + i_bh * V + offs_v, b_o.to(o_ptr.dtype.element_ty), mask=mask_v)
+
+    if is_merge:
+        ell = tl.load(ws + K + offs_k, mask=mask_k, other=0.0)
+        b_k = tl.load(ws + 2 * K + offs_k, mask=mask_k, other=0.0)
+        if STATE_V_FIRST:
+            b_s = b_h * tl.exp(ell)[None, :] + b_v[:, None] * b_k[None, :]
+        else:
+            b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_v[None, :]
+        for i in range(C):  # merge rows have every slot live (L = C)
+            lam_i = tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
+            k_i = tl.load(k_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            k_i = tl.exp(ell - lam_i) * k_i
+            v_i = tl.load(v_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+            if STATE_V_FIRST:
+                b_s += v_i[:, None] * k_i[None, :]
+            else:
+                b_s += k_i[:, None] * v_i[None, :]
+        tl.store(p_h, b_s, mask=mask_h)
+    if (i_h == 0) & (i_v == 0):
+        tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def rwkv6_workspace_size(H: int, K: int, C: int) -> int:
+    """fp32 elements of one row's workspace: ``(exp(ℓ̄)⊙r̃, ℓ̄', k, bonus, C coefficients)`` per head, and the phase."""
+    return H * (3 * K + 1 + C) + 1
+
+
+def deltalog_rwkv6_workspace(B: int, H: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
+    """Scratch buffer of :func:`fused_deltalog_rwkv6_decode`: fp32 ``[B, H·(3K + 1 + C) + 1]``."""
+    return torch.zeros(B, rwkv6_workspace_size(H, K, C), dtype=torch.float32, device=device)
+
+
+def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first):
+    named = dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
+                 decay_log=decay_log, length=length, workspace=workspace)
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if r.dim() != 4 or r.shape[1] != 1 or k.shape != r.shape or w.shape != r.shape:
+        raise ValueError(f"r, k and w must all be [B, 1, H, K]; got r {tuple(r.shape)}, k {tuple(k.shape)}, "
+                         f"w {tuple(w.shape)}")
+    B, _, H, K = r.shape
+    if v.dim() != 4 or v.shape[:3] != (B, 1, H):
+        raise ValueError(f"v must be [B, 1, H, V]; got {tuple(v.shape)}")
+    V = v.shape[3]
+    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    expect_base = (B, H, V, K) if state_v_first else (B, H, K, V)
+    for name, t, shape in (("u", u, (H, K)), ("base", base, expect_base), ("log_decay", log_decay, (B, H, K)),
+                           ("k_log", k_log, (B, H, C, K)), ("v_log", v_log, (B, H, C, V)),
+                           ("decay_log", decay_log, (B, H, C, K)), ("length", length, (B,)),
+                           ("workspace", workspace, (B, rwkv6_workspace_size(H, K, C)))):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}; got {tuple(t.shape)}")
+    for name in ("r", "k", "v", "w", "u", "k_log", "v_log"):
+        if named[name].dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise TypeError(f"{name} must be bfloat16, float16 or float32; got {named[name].dtype}")
+    for name in ("base", "log_decay", "decay_log", "workspace"):
+        if named[name].dtype != torch.float32:
+            raise TypeError(f"{name} must be float32; got {named[name].dtype}")
+    if length.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"length must be int32 or int64; got {length.dtype}")
+    if len({t.device for t in named.values()}) != 1:
+        raise ValueError("all tensors must be on one device")
+    if r.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {r.device}")
+    for name in ("u", "base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"):
+        if not named[name].is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    for name in ("r", "k", "v", "w"):
+        if named[name].stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
+
+
+@torch.no_grad()
+def fused_deltalog_rwkv6_decode(
+    r: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    v_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    workspace: torch.Tensor,
+    scale: float | None = None,
+    state_v_first: bool = False,
+    *,
+    block_v: int = 8,
+    num_warps: int = 1,
+) -> torch.Tensor:
+    """One DeltaLog RWKV6 decode step for every row (two launches; buffers updated in place).
+
+    Same semantics as :func:`hf_deltalog.kernels.rwkv6.naive.naive_deltalog_rwkv6_decode`.
+
+    Args:
+        r, k, w: ``[B, 1, H, K]`` (bf16/fp16/fp32; w a log-decay ≤ 0); v: ``[B, 1, H, V]``; u: ``[H, K]`` bonus.
+        base: fp32 ``[B, H, K, V]`` (``[B, H, V, K]`` with ``state_v_first``); log_decay: fp32 ``[B, H, K]``;
+        k_log ``[B, H, C, K]`` and v_log ``[B, H, C, V]`` in any float dtype (the activation dtype is lossless);
+        decay_log: fp32 ``[B, H, C, K]``; length: int32/int64 ``[B]``; workspace: :func:`deltalog_rwkv6_workspace`.
+        scale: default ``K ** -0.5`` (FLA's RWKV6 layer passes 1.0).
+
+    Returns:
+        ``o`` ``[B, 1, H, V]`` in ``r.dtype``.
+
+    Raises:
+        TypeError, ValueError: wrong dtypes, shapes, devices or layouts.
+    """
+    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first)
+    B, _, H, K = r.shape
+    V = v.shape[3]
+    C = k_log.shape[2]
+    scale = float(K**-0.5 if scale is None else scale)
+    o = torch.empty((B, 1, H, V), dtype=r.dtype, device=r.device)
+    if B == 0:
+        return o
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
+    NV = triton.cdiv(V, BV)
+    WS = rwkv6_workspace_size(H, K, C)
+    kl, vl, dl = (k_log, v_log, decay_log) if C > 0 else (base, base, base)
+    _deltalog_rwkv6_prepare_kernel[(B * H,)](
+        r, k, v, w, u, log_decay, kl, vl, dl, length, workspace, scale,
+        r.stride(0), r.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), w.stride(0), w.stride(2),
+        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, num_warps=1 if BK * BC <= 2048 else 4,
+    )
+    _deltalog_rwkv6_decode_kernel[(B * H * NV,)](
+        v, o, base, kl, vl, dl, length, workspace, v.stride(0), v.stride(2),
+        H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=bool(state_v_first),
+        num_warps=num_warps,
+    )
+    return o

@@ -1,0 +1,118 @@
+"""CPU tests of the RWKV6 DeltaLog Triton kernels under the Triton interpreter, against the PyTorch reference."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before any triton import
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed: the RWKV6 Triton kernels cannot run")
+
+from hf_deltalog.kernels.rwkv6.fused_deltalog import (  # noqa: E402
+    deltalog_rwkv6_workspace,
+    fused_deltalog_rwkv6_decode,
+)
+from hf_deltalog.kernels.rwkv6.naive import (  # noqa: E402
+    naive_deltalog_rwkv6_decode,
+    naive_deltalog_rwkv6_materialize,
+    naive_recurrent_rwkv6,
+)
+
+NAMES = ("base", "log_decay", "k_log", "v_log", "decay_log", "length")
+
+
+def make_state(B, H, K, V, M, lengths, seed, factor_dtype=torch.float32):
+    """Buffers with lengths[b] live entries (consistent cumulative decays); stale slots hold NaN."""
+    gen = torch.Generator().manual_seed(seed)
+    C, nan = M - 1, float("nan")
+    base = torch.randn(B, H, K, V, generator=gen) * 0.5
+    log_decay = torch.zeros(B, H, K)
+    k_log = torch.full((B, H, C, K), nan, dtype=factor_dtype)
+    v_log = torch.full((B, H, C, V), nan, dtype=factor_dtype)
+    decay_log = torch.full((B, H, C, K), nan)
+    for b, L in enumerate(lengths):
+        lam = (-torch.rand(H, L + 1, K, generator=gen) * 0.3).cumsum(1)
+        if L:
+            decay_log[b, :, :L] = lam[:, :L]
+            k_log[b, :, :L] = (torch.randn(H, L, K, generator=gen) * 0.3).to(factor_dtype)
+            v_log[b, :, :L] = (torch.randn(H, L, V, generator=gen) * 0.3).to(factor_dtype)
+            log_decay[b] = lam[:, L - 1]
+    return [base, log_decay, k_log, v_log, decay_log, torch.tensor(lengths, dtype=torch.int32)]
+
+
+def make_inputs(B, H, K, V, dtype, gen):
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    return (r(B, 1, H, K).to(dtype), (r(B, 1, H, K) * 0.3).to(dtype), r(B, 1, H, V).to(dtype),
+            (-torch.rand(B, 1, H, K, generator=gen) * 0.4).to(dtype))
+
+
+# fp32: the same arithmetic in another order. Half dtypes: the output is rounded once to the half dtype.
+OUT_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
+           torch.float16: dict(rtol=2e-3, atol=2e-3)}
+
+
+@pytest.mark.parametrize("M,v_first,dtype,lengths", [
+    (1, False, torch.float32, [0, 0, 0]),
+    (2, True, torch.float32, [0, 1, 0]),
+    (4, False, torch.float32, [3, 0, 2]),
+    (4, True, torch.bfloat16, [1, 3, 2]),
+    (9, False, torch.float16, [8, 4, 0]),
+])
+def test_stepwise_matches_naive(M, v_first, dtype, lengths):
+    B, H, K, V = 3, 2, 16, 8
+    factor_dtype = torch.float32 if dtype == torch.float32 else dtype  # factors in the activation dtype
+    ref = make_state(B, H, K, V, M, lengths, seed=1, factor_dtype=factor_dtype)
+    ours = [t.clone() for t in ref]
+    if v_first:
+        ours[0] = ours[0].transpose(-1, -2).contiguous()
+    u = torch.randn(H, K, generator=torch.Generator().manual_seed(3)).to(dtype)
+    ws = deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu").fill_(float("nan"))
+    gen = torch.Generator().manual_seed(2)
+    for step in range(2 * M + 1):
+        x = make_inputs(B, H, K, V, dtype, gen)
+        o = fused_deltalog_rwkv6_decode(*x, u, *ours, ws, state_v_first=v_first)
+        o_ref = naive_deltalog_rwkv6_decode(*x, u, *ref)
+        assert torch.isfinite(o).all(), step
+        torch.testing.assert_close(o.float(), o_ref.float(), **OUT_TOL[dtype], msg=f"step {step}")
+        got = [ours[0].transpose(-1, -2) if v_first else ours[0], *ours[1:]]
+        for name, a, b in zip(NAMES, got, ref):
+            assert torch.equal(a.isnan(), b.isnan()), f"step {step}: {name} NaN pattern"
+            if a.is_floating_point():
+                torch.testing.assert_close(a.float().nan_to_num(0.0), b.float().nan_to_num(0.0), rtol=1e-5, atol=2e-6,
+                                           msg=f"step {step}: {name}")
+            else:
+                assert torch.equal(a, b), f"step {step}: {name}"
+
+
+def test_rollout_matches_fp64_recurrence():
+    B, H, K, V, M = 2, 2, 16, 16, 4
+    state = make_state(B, H, K, V, M, [0, 2], seed=3)
+    u = torch.randn(H, K, generator=torch.Generator().manual_seed(4))
+    S = naive_deltalog_rwkv6_materialize(*[t.double() if t.is_floating_point() else t for t in state])
+    ws = deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu")
+    gen = torch.Generator().manual_seed(5)
+    for step in range(3 * M + 1):
+        x = make_inputs(B, H, K, V, torch.float32, gen)
+        o = fused_deltalog_rwkv6_decode(*x, u, *state, ws)
+        o_ref, S = naive_recurrent_rwkv6(*(t.double() for t in x), u.double(), initial_state=S,
+                                         output_final_state=True)
+        assert (o.double() - o_ref).abs().max() / o_ref.abs().max() < 2e-5, step
+        assert (naive_deltalog_rwkv6_materialize(*state).double() - S).abs().max() / S.abs().max() < 2e-5, step
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (lambda a: a.__setitem__(4, a[4][0]), ValueError, "u must have shape"),
+    (lambda a: a.__setitem__(6, a[6][..., 0].contiguous()), ValueError, "log_decay must have shape"),
+    (lambda a: a.__setitem__(9, a[9].double()), TypeError, "decay_log must be float32"),
+    (lambda a: a.__setitem__(11, a[11][:, :-1].contiguous()), ValueError, "workspace must have shape"),
+])
+def test_launcher_errors(bad, error, match):
+    B, H, K, V, M = 2, 1, 16, 8, 3
+    args = list(make_inputs(B, H, K, V, torch.float32, torch.Generator().manual_seed(6))) + [torch.randn(H, K)]
+    args += make_state(B, H, K, V, M, [0, 1], seed=7) + [deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu")]
+    bad(args)
+    with pytest.raises(error, match=match):
+        fused_deltalog_rwkv6_decode(*args)
