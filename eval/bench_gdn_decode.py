@@ -1,7 +1,8 @@
 """One-token GDN / KDA decode benchmark: DeltaLog kernels vs FLA fused_recurrent vs a torch.compile'd dense step.
 
 ``--operator kda`` benchmarks Kimi Delta Attention (H = 32 heads, K = V = 128, decay per key channel) against FLA's
-``fused_recurrent_kda``; outputs are then named ``bench_kda_decode.*``.
+``fused_recurrent_kda``, ``--operator rwkv6`` RWKV6 (same heads) against ``fused_recurrent_rwkv6`` (only its
+``[K, V]`` layout exists); outputs are then named ``bench_<operator>_decode.*``.
 
 Spec (H200 run): HV = 32 value heads, Hk = 16 key heads, K = V = 128, fp32 state, bf16 activations,
 B in {1, 8, 32, 64, 128, 256, 512}, DeltaLog M in {2, 4, 8, 16, 32} (log capacity C = M - 1), both base layouts.
@@ -62,9 +63,14 @@ class Operator:
 
     def __init__(self, name: str):
         self.name = name
-        self.per_key = name == "kda"
+        self.per_key = name in ("kda", "rwkv6")
 
     def kernels(self):
+        if self.name == "rwkv6":
+            from hf_deltalog.kernels.rwkv6.fused_deltalog import deltalog_rwkv6_workspace, fused_deltalog_rwkv6_decode
+
+            return fused_deltalog_rwkv6_decode, lambda B, Hk, HV, K, C, device: deltalog_rwkv6_workspace(B, HV, K, C,
+                                                                                                          device)
         if self.name == "kda":
             from hf_deltalog.kernels.kda.fused_deltalog import deltalog_kda_workspace, fused_deltalog_kda_decode
 
@@ -84,8 +90,32 @@ class Operator:
             kw["use_custom_op"] = False
         return kernel(*args, **kw)
 
+    def fla(self, fla, x, state, v_first, scale):
+        """One dense step of FLA's kernel on inputs ``x`` (as make_inputs builds them); returns ``(o, new state)``."""
+        if self.name == "rwkv6":
+            if v_first:
+                raise NotImplementedError("FLA's fused_recurrent_rwkv6 has only the [K, V] state layout")
+            return fla(*x, scale=scale, initial_state=state, output_final_state=True)
+        q, k, v, g, beta = x
+        return fla(q, k, v, g=g, beta=beta, scale=scale, initial_state=state, output_final_state=True,
+                   use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+
+    def recurrence(self, *x, initial_state=None):
+        """The float64-capable naive recurrence on inputs ``x``: ``(o, final state)``."""
+        naive = self.references()[0]
+        if self.name == "rwkv6":
+            return naive(*x, initial_state=initial_state, output_final_state=True)
+        return naive(*x, initial_state=initial_state, output_final_state=True, use_qk_l2norm_in_kernel=True)
+
     def references(self):
         """(naive recurrence, materialize(base, ..., state_v_first))."""
+        if self.name == "rwkv6":
+            from hf_deltalog.kernels.rwkv6.naive import naive_deltalog_rwkv6_materialize, naive_recurrent_rwkv6
+
+            def materialize_rwkv6(base, *log, state_v_first=False):
+                return naive_deltalog_rwkv6_materialize(base.transpose(-1, -2) if state_v_first else base, *log)
+
+            return naive_recurrent_rwkv6, materialize_rwkv6
         if self.name == "kda":
             from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_materialize, naive_recurrent_kda
 
@@ -269,6 +299,13 @@ class CpuTimer:
 
 
 def make_inputs(torch, s: Shape, dtype, device, gen):
+    if OP.name == "rwkv6":  # r, k, v, w (log-decay per key channel), u (bonus)
+        r = torch.randn(s.B, 1, s.HV, s.K, generator=gen).to(device=device, dtype=dtype)
+        k = (torch.randn(s.B, 1, s.HV, s.K, generator=gen) * 0.1).to(device=device, dtype=dtype)
+        v = torch.randn(s.B, 1, s.HV, s.V, generator=gen).to(device=device, dtype=dtype)
+        w = (-torch.nn.functional.softplus(torch.randn(s.B, 1, s.HV, s.K, generator=gen) - 2.0) * 0.5)
+        u = torch.randn(s.HV, s.K, generator=gen) * 0.1
+        return r, k, v, w.to(device=device, dtype=dtype), u.to(device=device, dtype=dtype)
     q = torch.randn(s.B, 1, s.Hk, s.K, generator=gen).to(device=device, dtype=dtype)
     k = torch.randn(s.B, 1, s.Hk, s.K, generator=gen).to(device=device, dtype=dtype)
     v = torch.randn(s.B, 1, s.HV, s.V, generator=gen).to(device=device, dtype=dtype)
@@ -310,6 +347,16 @@ def dense_step_fn(torch):
 
     norm = kda_l2norm if OP.per_key else l2norm
 
+    def dense_step_rwkv6(r, k, v, w, u, S, scale: float):
+        """Dense RWKV6 step: o = r̃ᵀ(S + diag(u) k vᵀ), then S ← diag(exp(w)) S + k vᵀ (in place)."""
+        kv = k[:, 0].float()[..., None] * v[:, 0].float()[..., None, :]
+        o = ((S + u.float()[None, :, :, None] * kv) * (r[:, 0].float() * scale)[..., None]).sum(-2)
+        S.mul_(w[:, 0].float().exp()[..., None]).add_(kv)
+        return o.to(r.dtype)[:, None]
+
+    if OP.name == "rwkv6":
+        return dense_step_rwkv6
+
     def dense_step(q, k, v, g, beta, S, scale: float):
         """Dense decode step, state [B, HV, K, V] fp32 updated in place (transformers' recurrence, T = 1)."""
         G = S.shape[1] // q.shape[2]
@@ -325,6 +372,10 @@ def dense_step_fn(torch):
 
 def load_fla():
     try:
+        if OP.name == "rwkv6":
+            from fla.ops.rwkv6 import fused_recurrent_rwkv6
+
+            return fused_recurrent_rwkv6, None
         if OP.per_key:
             from fla.ops.kda import fused_recurrent_kda
 
@@ -385,9 +436,7 @@ def bench_fla(ctx, s: Shape, v_first: bool, R: int):
     inputs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(R)]
 
     def step(r):
-        q, k, v, g, beta = inputs[r]
-        return lambda: fla(q, k, v, g=g, beta=beta, scale=s.K**-0.5, initial_state=states[r], output_final_state=True,
-                           use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+        return lambda: OP.fla(fla, inputs[r], states[r], v_first, s.K**-0.5)
 
     steps = [step(r) for r in range(R)]
     timer.warm(steps)
@@ -467,11 +516,11 @@ def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
     s = Shape(B=B, **shape_kw)
     gen = torch.Generator().manual_seed(1234 + B)
     xs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(steps)]
-    q, k, v, g, beta = (torch.cat([x[i] for x in xs], dim=1) for i in range(5))
-    o_ref, S_ref = naive_recurrent(
-        q.double(), k.double(), v.double(), g.double(), beta.double(), output_final_state=True,
-        use_qk_l2norm_in_kernel=True,
-    )
+    if OP.name == "rwkv6":  # the bonus u is a parameter: one for the whole rollout
+        xs = [(*x[:4], xs[0][4]) for x in xs]
+    q, k, v, g, beta = ((torch.cat([x[i] for x in xs], dim=1) if OP.name != "rwkv6" or i < 4 else xs[0][4])
+                        for i in range(5))
+    o_ref, S_ref = OP.recurrence(q.double(), k.double(), v.double(), g.double(), beta.double())
 
     def rel(a, b):
         return float((a.double() - b).norm() / b.norm())
@@ -496,8 +545,7 @@ def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
             outs = []
             try:
                 for t in range(steps):
-                    o, S = ctx["fla"](*xs[t][:3], g=xs[t][3], beta=xs[t][4], scale=s.K**-0.5, initial_state=S,
-                                      output_final_state=True, use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+                    o, S = OP.fla(ctx["fla"], xs[t], S, v_first, s.K**-0.5)
                     outs.append(o)
                 S_kv = S.transpose(-1, -2) if v_first else S
                 rec["results"].append(dict(variant="fla", M=None, layout="VK" if v_first else "KV",
@@ -699,7 +747,7 @@ def print_table(result):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(REPO_ROOT / "eval" / "results"), help="output folder (default eval/results/)")
-    p.add_argument("--operator", choices=["gdn", "kda"], default="gdn", help="the recurrence (default gdn)")
+    p.add_argument("--operator", choices=["gdn", "kda", "rwkv6"], default="gdn", help="the recurrence (default gdn)")
     p.add_argument("--quick", action="store_true", help="small GPU subset: B in {1, 64, 256}, M in {4, 16}")
     p.add_argument("--cpu-smoke", action="store_true", help="CPU + Triton interpreter, tiny shapes, wall-clock only")
     p.add_argument("--batches", type=int, nargs="*", default=None)

@@ -1,0 +1,28 @@
+"""The kernel benchmark script runs end to end (its --cpu-smoke mode: interpreter, tiny shapes), for each operator."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton", reason="the benchmark times the Triton kernels")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "eval" / "bench_gdn_decode.py"
+
+
+@pytest.mark.parametrize("operator", ["gdn", "kda", "rwkv6"])
+def test_bench_cpu_smoke(operator, tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--operator", operator, "--batches", "1", "--ms", "2", "--numerics-batches", "1",
+                "--numerics-ms", "2", "--rollout-steps", "4", "--no-compile", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / f"bench_{operator}_decode.json").read_text())
+    ours = [r for r in result["rows"] if r["variant"] == "deltalog" and r.get("amortized_us")]
+    assert {r["M"] for r in ours} == {1, 2} and {r["layout"] for r in ours} == {"KV", "VK"}
+    numerics = result["numerics"][0]["results"]
+    # bf16 activations: the output is rounded to bf16 (relative error ~2^-9); the state is fp32.
+    assert all(r["out_rel"] < 1e-2 and r["state_rel"] < 1e-5 for r in numerics if r["variant"] == "ours")
