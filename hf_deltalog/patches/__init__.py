@@ -1,8 +1,9 @@
 """Bindings that route transformers' linear-attention decode step to DeltaLog.
 
-transformers' GDN layers look their recurrence up as a module global at call time
-(``torch_recurrent_gated_delta_rule`` / ``torch_chunk_gated_delta_rule`` in each ``modeling_<family>.py``), and hand the
-kernel whatever ``cache.get_recurrent_state`` returned as ``initial_state``. :func:`patch` re-binds those two globals
+transformers' GDN and KDA layers look their recurrence up as a module global at call time
+(``torch_recurrent_gated_delta_rule`` / ``torch_chunk_gated_delta_rule``, or ``recurrent_kimi_delta_attention`` /
+``chunk_kimi_delta_attention``, in each ``modeling_<family>.py``), and hand the kernel whatever
+``cache.get_recurrent_state`` returned as ``initial_state``. :func:`patch` re-binds those two globals
 to dispatchers: when ``initial_state`` is a :class:`~hf_deltalog.cache.DeltaLogState` (the handle a
 :class:`~hf_deltalog.DeltaLogCache` returns) the one-token step runs on DeltaLog and multi-token calls run upstream's
 own function on the materialised state; with any other cache (or none) the upstream function runs untouched, with

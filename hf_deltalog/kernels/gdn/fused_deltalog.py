@@ -1,4 +1,4 @@
-"""Fused Triton kernel for one DeltaLog Gated DeltaNet decode step (replay, output, append-or-merge, one launch).
+"""Triton kernels for one DeltaLog Gated DeltaNet decode step (replay, output, append-or-merge; two launches).
 
 Math (seed paper, Eq. 7; the recurrence is transformers' ``torch_recurrent_gated_delta_rule`` for ``T = 1``). Per row
 ``b`` and value head ``h`` the logical state is ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ`` (``S ∈ R^{K×V}``).
@@ -9,7 +9,7 @@ With ``ℓ̄' = ℓ̄ + g``, ``a = exp(ℓ̄')`` and ``w_i = exp(ℓ̄' − Λ_i
 
 then, per row, *appends* ``(k̂, u, ℓ̄')`` at slot ``L`` when ``L < C`` or *merges* (``base ← a·base + Σ_i w_i K_i U_iᵀ +
 k̂ uᵀ``, ``ℓ̄ ← 0``, ``L ← 0``) when ``L ≥ C``. :func:`hf_deltalog.kernels.gdn.naive.naive_deltalog_gdn_decode` is the
-executable specification; this kernel matches it buffer for buffer.
+executable specification; these kernels match it buffer for buffer.
 
 Kernel design: two launches per step, no host synchronisation
 ----------------------------------------------------------------
