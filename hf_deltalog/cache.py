@@ -179,20 +179,30 @@ class DeltaLogLayer(LinearAttentionLayer):
             return "triton"
         return "triton" if (kernel is not None and on_gpu) else "torch"
 
+    def plan(self, batch: int, device: torch.device) -> dict[str, Any]:
+        """How this layer decodes a batch of ``batch`` rows on ``device`` (decided when its buffers are allocated).
+
+        Returns ``backend``, ``merge_interval``, ``state_v_first`` (the Triton kernels keep the base V-first,
+        ``[B, HV, V, K]``: 1.3x faster than ``[B, HV, K, V]`` on an H200, eval/results/; converted once at prefill and
+        in ``materialize()``, never per step) and ``dense_fla`` (M = 1 GDN decoding on the GPU runs FLA's kernel).
+        """
+        backend = self._resolve_backend(device)
+        HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
+        merge_interval = self.default_merge_interval
+        if self.auto_merge_interval and backend == "triton" and self.spec.operator == "gdn" \
+                and batch * HV * K * V * 4 < DENSE_BELOW_STATE_BYTES:  # measured for GDN only
+            merge_interval = 1
+        state_v_first = backend == "triton"
+        dense_fla = merge_interval == 1 and device.type == "cuda" and state_v_first and self.spec.operator == "gdn"
+        return dict(backend=backend, merge_interval=merge_interval, state_v_first=state_v_first, dense_fla=dense_fla)
+
     def _allocate(self, batch: int, device: torch.device) -> None:
-        self.backend = self._resolve_backend(device)
+        plan = self.plan(batch, device)
+        self.backend, self.merge_interval, self.state_v_first = plan["backend"], plan["merge_interval"], \
+            plan["state_v_first"]
+        self.capacity = self.merge_interval - 1
+        self.dense_kernel = _fla_dense_decode() if plan["dense_fla"] else None
         Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
-        if self.auto_merge_interval:
-            small = (self.backend == "triton" and self.spec.operator == "gdn"
-                     and batch * HV * K * V * 4 < DENSE_BELOW_STATE_BYTES)  # measured for GDN only
-            self.merge_interval = 1 if small else self.default_merge_interval
-            self.capacity = self.merge_interval - 1
-        # Dense decoding (M = 1) on the GPU runs FLA's GDN kernel on the V-first base when FLA is installed.
-        gpu_dense = self.capacity == 0 and device.type == "cuda" and self.state_v_first and self.spec.operator == "gdn"
-        self.dense_kernel = _fla_dense_decode() if gpu_dense else None
-        # The Triton kernel keeps the base V-first ([B, HV, V, K]): 1.3x faster than [B, HV, K, V] on an H200
-        # (eval/results/); the layout is converted once here and in materialize(), never per step.
-        self.state_v_first = self.backend == "triton"
         C = self.capacity
         f32 = dict(dtype=torch.float32, device=device)
         conv = self.conv_states[0]

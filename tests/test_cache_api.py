@@ -352,3 +352,21 @@ def test_compileability_is_stated_truthfully():
     cache = DeltaLogCache(tiny_model("qwen3_5"))
     assert cache.is_compileable is False
     assert all(layer.is_compileable is False for layer in cache.deltalog_layers)
+
+
+def test_gpu_plan_of_the_triton_backend():
+    """What a layer would run on a GPU (planned without allocating): the merge-interval policy by state size, the
+    V-first base, FLA's dense kernel for M = 1 GDN layers. Needs triton importable (the dev extra)."""
+    pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
+    cuda = torch.device("cuda")  # only a device object: nothing is allocated
+    heads = dict(linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                 linear_value_head_dim=128)
+    gdn = DeltaLogCache(family_config("qwen3_5", **heads)).deltalog_layers[0]
+    # 32 value heads of 128 x 128 fp32: 2 MiB per row; dense below 64 MiB (B < 32).
+    assert gdn.plan(8, cuda) == dict(backend="triton", merge_interval=1, state_v_first=True, dense_fla=True)
+    assert gdn.plan(32, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
+    fixed = DeltaLogCache(family_config("qwen3_5", **heads), merge_interval=4).deltalog_layers[0]
+    assert fixed.plan(8, cuda)["merge_interval"] == 4
+    kda = DeltaLogCache(family_config("kimi_linear", linear_num_heads=32, linear_head_dim=128)).deltalog_layers[0]
+    assert kda.plan(8, cuda) == dict(backend="triton", merge_interval=4, state_v_first=True, dense_fla=False)
+    assert gdn.plan(8, torch.device("cpu"))["backend"] == "torch"
