@@ -112,3 +112,26 @@ def test_launcher_errors(bad, error, match):
     bad(args)
     with pytest.raises(error, match=match):
         fused_deltalog_kda_decode(*args)
+
+
+def test_custom_op_plain_entry_and_compile():
+    """Plain launch == registered op == torch.compile(fullgraph=True) (no graph break); opcheck passes."""
+    B, Hk, HV, K, V, M = 2, 1, 2, 16, 8, 3
+    a = make_state(B, Hk, HV, K, V, M, [2, 0], seed=9)
+    b, c = [t.clone() for t in a], [t.clone() for t in a]
+    wa, wb, wc = (deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu") for _ in range(3))
+    compiled = torch.compile(fused_deltalog_kda_decode, fullgraph=True, backend="aot_eager")
+    gen = torch.Generator().manual_seed(10)
+    for step in range(3):
+        x = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
+        o_a = fused_deltalog_kda_decode(*x, *a, wa, use_custom_op=False)
+        o_b = fused_deltalog_kda_decode(*x, *b, wb)
+        o_c = compiled(*x, *c, wc)
+        assert torch.equal(o_a, o_b) and torch.equal(o_a, o_c), step
+        for name, ta, tb, tc in zip(NAMES, a, b, c):
+            assert torch.equal(ta.nan_to_num(7.0), tb.nan_to_num(7.0)), f"step {step}: {name} (op)"
+            assert torch.equal(ta.nan_to_num(7.0), tc.nan_to_num(7.0)), f"step {step}: {name} (compiled)"
+    x = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
+    args = (*x, *[t.nan_to_num(0.0) for t in a], wa, K**-0.5, True, False, 8, 1)
+    result = torch.library.opcheck(torch.ops.hf_deltalog.fused_deltalog_kda_decode, args)
+    assert all(v == "SUCCESS" for v in result.values()), result

@@ -116,3 +116,27 @@ def test_launcher_errors(bad, error, match):
     bad(args)
     with pytest.raises(error, match=match):
         fused_deltalog_rwkv6_decode(*args)
+
+
+def test_custom_op_plain_entry_and_compile():
+    """Plain launch == registered op == torch.compile(fullgraph=True) (no graph break); opcheck passes."""
+    B, H, K, V, M = 2, 2, 16, 8, 3
+    a = make_state(B, H, K, V, M, [2, 0], seed=9)
+    b, c = [t.clone() for t in a], [t.clone() for t in a]
+    wa, wb, wc = (deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu") for _ in range(3))
+    u = torch.randn(H, K, generator=torch.Generator().manual_seed(11))
+    compiled = torch.compile(fused_deltalog_rwkv6_decode, fullgraph=True, backend="aot_eager")
+    gen = torch.Generator().manual_seed(10)
+    for step in range(3):
+        x = make_inputs(B, H, K, V, torch.float32, gen)
+        o_a = fused_deltalog_rwkv6_decode(*x, u, *a, wa, use_custom_op=False)
+        o_b = fused_deltalog_rwkv6_decode(*x, u, *b, wb)
+        o_c = compiled(*x, u, *c, wc)
+        assert torch.equal(o_a, o_b) and torch.equal(o_a, o_c), step
+        for name, ta, tb, tc in zip(NAMES, a, b, c):
+            assert torch.equal(ta.nan_to_num(7.0), tb.nan_to_num(7.0)), f"step {step}: {name} (op)"
+            assert torch.equal(ta.nan_to_num(7.0), tc.nan_to_num(7.0)), f"step {step}: {name} (compiled)"
+    x = make_inputs(B, H, K, V, torch.float32, gen)
+    args = (*x, u, *[t.nan_to_num(0.0) for t in a], wa, K**-0.5, False, 8, 1)
+    result = torch.library.opcheck(torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode, args)
+    assert all(v == "SUCCESS" for v in result.values()), result

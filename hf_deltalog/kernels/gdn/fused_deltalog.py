@@ -43,12 +43,14 @@ All products are fp32 elementwise products reduced with ``tl.sum`` (no ``tl.dot`
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import wrap_triton
+
+from hf_deltalog.kernels._op import OP_KIND, register_decode_op
+from hf_deltalog.kernels._op import interpreting as _interpreting
 
 __all__ = ["fused_deltalog_gdn_decode", "deltalog_gdn_workspace", "default_launch_config", "OP_NAME", "OP_KIND"]
 
@@ -262,10 +264,6 @@ def default_launch_config(B: int, Hk: int, K: int, V: int) -> tuple[int, int]:
     return min(8, _next_pow2(V)), 1
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
               num_warps):
     named = dict(
@@ -398,20 +396,9 @@ def _op_body(
                    use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, wrap_triton)
 
 
-# Registration. On a GPU the op is a ``triton_op``: torch.compile traces through ``wrap_triton`` and Inductor sees the
-# kernel itself (and its mutations). Under TRITON_INTERPRET=1 ``wrap_triton`` hands back the interpreted function,
-# which cannot run on FakeTensors, so there the op is an opaque ``custom_op`` with an explicit fake (same schema, same
-# declared mutations, still no graph break). ``HF_DELTALOG_OPAQUE_OP=1`` forces the opaque form on a GPU too.
-OP_KIND = "custom_op" if (_interpreting() or os.environ.get("HF_DELTALOG_OPAQUE_OP", "0") == "1") else "triton_op"
-if OP_KIND == "triton_op":
-    _fused_deltalog_gdn_decode_op = triton_op(OP_NAME, mutates_args=_MUTATED)(_op_body)
-else:
-    _fused_deltalog_gdn_decode_op = torch.library.custom_op(OP_NAME, mutates_args=_MUTATED)(_op_body)
-
-    @_fused_deltalog_gdn_decode_op.register_fake
-    def _(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-          use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps):
-        return q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
+_fused_deltalog_gdn_decode_op = register_decode_op(
+    OP_NAME, _op_body, _MUTATED, lambda q, k, v, *rest: q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
+)
 
 
 def fused_deltalog_gdn_decode(

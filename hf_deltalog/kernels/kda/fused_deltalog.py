@@ -33,8 +33,13 @@ import os
 import torch
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
-__all__ = ["deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
+from hf_deltalog.kernels._op import register_decode_op
+
+__all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
+
+OP_NAME = "hf_deltalog::fused_deltalog_kda_decode"
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -234,7 +239,49 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
 
 
-@torch.no_grad()
+def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
+            state_v_first, block_v, num_warps, wrap):
+    B, _, Hk, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    C = k_log.shape[2]
+    o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
+    if B == 0:
+        return o
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
+    NV = triton.cdiv(V, BV)
+    WS = kda_workspace_size(Hk, HV, K, C)
+    kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
+    wrap(_deltalog_kda_prepare_kernel)[(B * Hk,)](
+        q, k, g, log_decay, kl, dl, length, workspace, scale,
+        q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
+        num_warps=1 if BK * BC <= 2048 else 4,
+    )
+    wrap(_deltalog_kda_decode_kernel)[(B * HV * NV,)](
+        v, beta, o, base, kl, ul, dl, length, workspace,
+        v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS,
+        STATE_V_FIRST=state_v_first, num_warps=num_warps,
+    )
+    return o
+
+
+def _op_body(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, base: torch.Tensor,
+    log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor, length: torch.Tensor,
+    workspace: torch.Tensor, scale: float, use_qk_l2norm_in_kernel: bool, state_v_first: bool, block_v: int,
+    num_warps: int,
+) -> torch.Tensor:
+    return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
+                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, wrap_triton)
+
+
+_op = register_decode_op(
+    OP_NAME, _op_body, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"),
+    lambda q, k, v, *rest: q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3])),
+)
+
+
 def fused_deltalog_kda_decode(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -254,6 +301,7 @@ def fused_deltalog_kda_decode(
     *,
     block_v: int = 8,
     num_warps: int = 1,
+    use_custom_op: bool = True,
 ) -> torch.Tensor:
     """One DeltaLog KDA decode step for every row (two launches, no host sync; buffers updated in place).
 
@@ -266,6 +314,8 @@ def fused_deltalog_kda_decode(
         k_log: fp32 ``[B, Hk, C, K]``; u_log: fp32 ``[B, HV, C, V]``; decay_log: fp32 ``[B, HV, C, K]``;
         length: int32/int64 ``[B]``; workspace: :func:`deltalog_kda_workspace`. All mutated in place.
         scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps.
+        use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_kda_decode`` (declares its mutations,
+            so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
 
     Returns:
         ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
@@ -274,27 +324,9 @@ def fused_deltalog_kda_decode(
         TypeError, ValueError: wrong dtypes, shapes, devices, layouts (messages say what is accepted).
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first)
-    B, _, Hk, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    C = k_log.shape[2]
-    scale = float(K**-0.5 if scale is None else scale)
-    o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
-    if B == 0:
-        return o
-    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
-    NV = triton.cdiv(V, BV)
-    WS = kda_workspace_size(Hk, HV, K, C)
-    kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
-    _deltalog_kda_prepare_kernel[(B * Hk,)](
-        q, k, g, log_decay, kl, dl, length, workspace, scale,
-        q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel),
-        num_warps=1 if BK * BC <= 2048 else 4,
-    )
-    _deltalog_kda_decode_kernel[(B * HV * NV,)](
-        v, beta, o, base, kl, ul, dl, length, workspace,
-        v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS,
-        STATE_V_FIRST=bool(state_v_first), num_warps=num_warps,
-    )
-    return o
+    scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
+    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
+            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v), int(num_warps))
+    if use_custom_op:
+        return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)
+    return _launch(*args, lambda kernel: kernel)

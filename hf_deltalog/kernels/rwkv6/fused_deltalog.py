@@ -26,8 +26,13 @@ import os
 import torch
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
-__all__ = ["deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
+from hf_deltalog.kernels._op import register_decode_op
+
+__all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
+
+OP_NAME = "hf_deltalog::fused_deltalog_rwkv6_decode"
 
 
 @triton.jit
@@ -194,7 +199,45 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
 
 
-@torch.no_grad()
+def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
+            block_v, num_warps, wrap):
+    B, _, H, K = r.shape
+    V = v.shape[3]
+    C = k_log.shape[2]
+    o = torch.empty((B, 1, H, V), dtype=r.dtype, device=r.device)
+    if B == 0:
+        return o
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
+    NV = triton.cdiv(V, BV)
+    WS = rwkv6_workspace_size(H, K, C)
+    kl, vl, dl = (k_log, v_log, decay_log) if C > 0 else (base, base, base)
+    wrap(_deltalog_rwkv6_prepare_kernel)[(B * H,)](
+        r, k, v, w, u, log_decay, kl, vl, dl, length, workspace, scale,
+        r.stride(0), r.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), w.stride(0), w.stride(2),
+        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, num_warps=1 if BK * BC <= 2048 else 4,
+    )
+    wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
+        v, o, base, kl, vl, dl, length, workspace, v.stride(0), v.stride(2),
+        H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first, num_warps=num_warps,
+    )
+    return o
+
+
+def _op_body(
+    r: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, u: torch.Tensor, base: torch.Tensor,
+    log_decay: torch.Tensor, k_log: torch.Tensor, v_log: torch.Tensor, decay_log: torch.Tensor, length: torch.Tensor,
+    workspace: torch.Tensor, scale: float, state_v_first: bool, block_v: int, num_warps: int,
+) -> torch.Tensor:
+    return _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
+                   block_v, num_warps, wrap_triton)
+
+
+_op = register_decode_op(
+    OP_NAME, _op_body, ("base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"),
+    lambda r, k, v, *rest: r.new_empty((r.shape[0], 1, r.shape[2], v.shape[3])),
+)
+
+
 def fused_deltalog_rwkv6_decode(
     r: torch.Tensor,
     k: torch.Tensor,
@@ -213,6 +256,7 @@ def fused_deltalog_rwkv6_decode(
     *,
     block_v: int = 8,
     num_warps: int = 1,
+    use_custom_op: bool = True,
 ) -> torch.Tensor:
     """One DeltaLog RWKV6 decode step for every row (two launches; buffers updated in place).
 
@@ -224,6 +268,8 @@ def fused_deltalog_rwkv6_decode(
         k_log ``[B, H, C, K]`` and v_log ``[B, H, C, V]`` in any float dtype (the activation dtype is lossless);
         decay_log: fp32 ``[B, H, C, K]``; length: int32/int64 ``[B]``; workspace: :func:`deltalog_rwkv6_workspace`.
         scale: default ``K ** -0.5`` (FLA's RWKV6 layer passes 1.0).
+        use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode`` (declares its
+            mutations, so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
 
     Returns:
         ``o`` ``[B, 1, H, V]`` in ``r.dtype``.
@@ -232,25 +278,9 @@ def fused_deltalog_rwkv6_decode(
         TypeError, ValueError: wrong dtypes, shapes, devices or layouts.
     """
     _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first)
-    B, _, H, K = r.shape
-    V = v.shape[3]
-    C = k_log.shape[2]
-    scale = float(K**-0.5 if scale is None else scale)
-    o = torch.empty((B, 1, H, V), dtype=r.dtype, device=r.device)
-    if B == 0:
-        return o
-    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
-    NV = triton.cdiv(V, BV)
-    WS = rwkv6_workspace_size(H, K, C)
-    kl, vl, dl = (k_log, v_log, decay_log) if C > 0 else (base, base, base)
-    _deltalog_rwkv6_prepare_kernel[(B * H,)](
-        r, k, v, w, u, log_decay, kl, vl, dl, length, workspace, scale,
-        r.stride(0), r.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), w.stride(0), w.stride(2),
-        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, num_warps=1 if BK * BC <= 2048 else 4,
-    )
-    _deltalog_rwkv6_decode_kernel[(B * H * NV,)](
-        v, o, base, kl, vl, dl, length, workspace, v.stride(0), v.stride(2),
-        H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=bool(state_v_first),
-        num_warps=num_warps,
-    )
-    return o
+    scale = float(r.shape[-1] ** -0.5 if scale is None else scale)
+    args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, bool(state_v_first),
+            int(block_v), int(num_warps))
+    if use_custom_op:
+        return torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode(*args)
+    return _launch(*args, lambda kernel: kernel)

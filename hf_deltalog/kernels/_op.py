@@ -1,0 +1,35 @@
+"""Registering a decode launcher as a torch custom op, the same way for every operator.
+
+On a GPU the op is a ``triton_op``: ``torch.compile`` traces through ``wrap_triton`` and Inductor sees the kernels and
+their declared mutations. Under ``TRITON_INTERPRET=1`` ``wrap_triton`` hands back the interpreted function, which
+cannot run on FakeTensors, so there the op is an opaque ``custom_op`` with a fake (same schema, same declared
+mutations, still no graph break). ``HF_DELTALOG_OPAQUE_OP=1`` forces the opaque form on a GPU too.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import torch
+from torch.library import triton_op
+
+__all__ = ["OP_KIND", "interpreting", "register_decode_op"]
+
+
+def interpreting() -> bool:
+    """Whether Triton runs under its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+OP_KIND = "custom_op" if (interpreting() or os.environ.get("HF_DELTALOG_OPAQUE_OP", "0") == "1") else "triton_op"
+
+
+def register_decode_op(name: str, body: Callable, mutates: tuple[str, ...], output_like: Callable) -> Callable:
+    """Register ``body`` (fully type-annotated; it launches its kernels through the ``wrap_triton`` it is written
+    with) as the custom op ``name`` mutating ``mutates``. ``output_like(*args)`` builds the output's fake tensor."""
+    if OP_KIND == "triton_op":
+        return triton_op(name, mutates_args=mutates)(body)
+    op = torch.library.custom_op(name, mutates_args=mutates)(body)
+    op.register_fake(output_like)
+    return op
