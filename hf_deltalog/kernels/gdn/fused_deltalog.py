@@ -43,7 +43,6 @@ All products are fp32 elementwise products reduced with ``tl.sum`` (no ``tl.dot`
 
 from __future__ import annotations
 
-
 import torch
 import triton
 import triton.language as tl
