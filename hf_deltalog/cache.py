@@ -19,13 +19,13 @@ materialised state and restart the log from the dense state it returns. Attentio
 from __future__ import annotations
 
 import operator
-import os
 from typing import Any, Callable
 
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, LinearAttentionLayer
 
+from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
 from hf_deltalog.patches.registry import FamilySpec, _resolve, patch
@@ -171,7 +171,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.requested_backend == "torch":
             return "torch"
         if self.requested_backend == "triton":
-            if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+            if not on_gpu and not interpreting():
                 raise self.status.reject(
                     f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
                     "triton is imported; use backend='torch' on the CPU"

@@ -135,3 +135,13 @@ def test_custom_op_plain_entry_and_compile():
     args = (*x, *[t.nan_to_num(0.0) for t in a], wa, K**-0.5, True, False, 8, 1)
     result = torch.library.opcheck(torch.ops.hf_deltalog.fused_deltalog_kda_decode, args)
     assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("bad, match", [(dict(block_v=3), "block_v must be a power of two"),
+                                        (dict(num_warps=3), "num_warps must be one of")])
+def test_launch_options_are_checked(bad, match):
+    B, Hk, HV, K, V, M = 2, 1, 1, 16, 8, 3
+    args = list(make_inputs(B, Hk, HV, K, V, torch.float32, torch.Generator().manual_seed(5)))
+    args += make_state(B, Hk, HV, K, V, M, [0, 1], seed=6) + [deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu")]
+    with pytest.raises(ValueError, match=match):
+        fused_deltalog_kda_decode(*args, **bad)

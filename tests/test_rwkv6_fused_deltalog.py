@@ -140,3 +140,13 @@ def test_custom_op_plain_entry_and_compile():
     args = (*x, u, *[t.nan_to_num(0.0) for t in a], wa, K**-0.5, False, 8, 1)
     result = torch.library.opcheck(torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode, args)
     assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("bad, match", [(dict(block_v=0), "block_v must be a power of two"),
+                                        (dict(num_warps=3), "num_warps must be one of")])
+def test_launch_options_are_checked(bad, match):
+    B, H, K, V, M = 2, 1, 16, 8, 3
+    args = list(make_inputs(B, H, K, V, torch.float32, torch.Generator().manual_seed(6))) + [torch.randn(H, K)]
+    args += make_state(B, H, K, V, M, [0, 1], seed=7) + [deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu")]
+    with pytest.raises(ValueError, match=match):
+        fused_deltalog_rwkv6_decode(*args, **bad)

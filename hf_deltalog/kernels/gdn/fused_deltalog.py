@@ -115,12 +115,13 @@ def _deltalog_gdn_prepare_kernel(
         b_kl = tl.load(p_kl, mask=live[:, None] & mask_k[None, :], other=0.0)  # live keys only: stale slots unread
         qK = tl.sum(b_kl * b_q[None, :], axis=1)  # [BC]  q̂·K_i
         kK = tl.sum(b_kl * b_k[None, :], axis=1)  # [BC]  k̂·K_i
-        if L < C:
+        if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
             tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
 
     for j in range(G):
         i_hv = i_hk * G + j
-        ell = tl.load(log_decay_ptr + i_b * HV + i_hv) + tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32)
+        g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32)
+        ell = tl.load(log_decay_ptr + i_b * HV + i_hv) + tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
         p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)
         tl.store(p_ws, tl.exp(ell))
         tl.store(p_ws + 1, qk)
@@ -131,7 +132,7 @@ def _deltalog_gdn_prepare_kernel(
             tl.store(p_ws + 2 + offs_c, w * kK, mask=mask_c)
             tl.store(p_ws + 2 + C + offs_c, w * qK, mask=mask_c)
             tl.store(p_ws + 2 + 2 * C + offs_c, w, mask=mask_c)
-            if L < C:
+            if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
                 tl.store(decay_log_ptr + (i_b * HV + i_hv) * C + L, ell)
         tl.store(log_decay_ptr + i_b * HV + i_hv, tl.where(is_merge, 0.0, ell))
 
@@ -230,7 +231,8 @@ def _deltalog_gdn_decode_kernel(
         tl.store(p_h, b_s, mask=mask_h)
     else:
         if C > 0:
-            tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_u_new, mask=mask_v)
+            if L >= 0:  # a length outside [0, C] writes nothing
+                tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_u_new, mask=mask_v)
     if (i_hv == 0) & (i_v == 0):
         tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR
+
 __all__ = [
     "l2norm",
     "naive_recurrent_gated_delta_rule",
@@ -254,7 +256,7 @@ def naive_deltalog_gdn_decode(
     vf, gf, bf = v[:, 0].to(dt), g[:, 0].to(dt), beta[:, 0].to(dt)  # [B, HV, V], [B, HV], [B, HV]
 
     base_kv = base.transpose(-1, -2) if state_v_first else base  # a view: writes reach `base`
-    ell = log_decay + gf  # ℓ̄' [B, HV]
+    ell = log_decay + gf.clamp(min=LOG_DECAY_FLOOR)  # ℓ̄' [B, HV] (the floor changes no decay factor in fp32)
     a = ell.exp()
     w, k_live, u_live = _replay_weights(ell, decay_log, k_log, u_log, length)  # [B, HV, C], ..., [B, HV, C, V]
     # Replay coefficients per key head, shared by the G value heads of its group.

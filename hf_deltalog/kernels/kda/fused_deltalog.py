@@ -28,14 +28,12 @@ slots are never loaded. The base keeps transformers' ``[B, HV, K, V]`` layout, o
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import register_decode_op
+from hf_deltalog.kernels._op import interpreting, register_decode_op
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
 
@@ -76,14 +74,14 @@ def _deltalog_kda_prepare_kernel(
         mask_ck = live[:, None] & mask_k[None, :]
         b_kl = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :], mask=mask_ck,
                        other=0.0)
-        if L < C:
+        if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
             tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
 
     for j in range(G):
         i_hv = i_hk * G + j
         i_bh = i_b * HV + i_hv
-        ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0) + tl.load(
-            g_ptr + i_b * stride_gb + i_hv * stride_gh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0) + tl.maximum(g_t, -104.0)
         a = tl.exp(ell)
         p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
         tl.store(p_ws + offs_k, a * b_k, mask=mask_k)
@@ -97,7 +95,7 @@ def _deltalog_kda_prepare_kernel(
             mask_c = offs_c < C
             tl.store(p_ws + 3 * K + 1 + offs_c, tl.sum(decayed * b_k[None, :], axis=1), mask=mask_c)
             tl.store(p_ws + 3 * K + 1 + C + offs_c, tl.sum(decayed * b_q[None, :], axis=1), mask=mask_c)
-            if L < C:
+            if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
                 tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, ell, mask=mask_k)
         tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
 
@@ -175,7 +173,8 @@ def _deltalog_kda_decode_kernel(
         tl.store(p_h, b_s, mask=mask_h)
     else:
         if C > 0:
-            tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_u_new, mask=mask_v)
+            if L >= 0:  # a length outside [0, C] writes nothing
+                tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_u_new, mask=mask_v)
     if (i_hv == 0) & (i_v == 0):
         tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
 
@@ -196,7 +195,8 @@ def deltalog_kda_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: tor
     return torch.zeros(B, kda_workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
 
 
-def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first):
+def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
+              block_v=8, num_warps=1):
     named = dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
                  decay_log=decay_log, length=length, workspace=workspace)
     for name, t in named.items():
@@ -205,7 +205,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     if q.dim() != 4 or k.shape != q.shape or q.shape[1] != 1:
         raise ValueError(f"q and k must both be [B, 1, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
     B, _, Hk, K = q.shape
-    if v.dim() != 4 or v.shape[:2] != (B, 1) or v.shape[2] % Hk:
+    if Hk == 0 or v.dim() != 4 or v.shape[:2] != (B, 1) or v.shape[2] % Hk:
         raise ValueError(f"v must be [B, 1, HV, V] with B = {B} and HV a multiple of Hk = {Hk}; got {tuple(v.shape)}")
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2] if k_log.dim() == 4 else -1
@@ -219,6 +219,8 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     for name in ("q", "k", "v"):
         if named[name].dtype not in _ACT_DTYPES:
             raise TypeError(f"{name} must be bfloat16, float16 or float32; got {named[name].dtype}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"q and k must have the same dtype; got q {q.dtype} and k {k.dtype}")
     for name in ("g", "beta"):
         if not named[name].is_floating_point():
             raise TypeError(f"{name} must be a floating dtype; got {named[name].dtype}")
@@ -229,7 +231,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
     if len({t.device for t in named.values()}) != 1:
         raise ValueError("all tensors must be on one device")
-    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if q.device.type != "cuda" and not interpreting():
         raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {q.device}")
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
@@ -237,6 +239,10 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     for name in ("q", "k", "v", "g"):
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
+    if not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1):
+        raise ValueError(f"block_v must be a power of two >= 1; got {block_v!r}")
+    if num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16; got {num_warps!r}")
 
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
@@ -323,7 +329,8 @@ def fused_deltalog_kda_decode(
     Raises:
         TypeError, ValueError: wrong dtypes, shapes, devices, layouts (messages say what is accepted).
     """
-    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first)
+    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
+              block_v, num_warps)
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
             bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v), int(num_warps))

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import torch
 
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR
+
 __all__ = ["kda_l2norm", "naive_deltalog_kda_decode", "naive_deltalog_kda_materialize", "naive_recurrent_kda"]
 
 
@@ -198,7 +200,7 @@ def naive_deltalog_kda_decode(
     q_hv, k_hv = qf.repeat_interleave(G, dim=1), kf.repeat_interleave(G, dim=1)  # [B, HV, K]
     vf, bf = v[:, 0].to(dt), beta[:, 0].to(dt)
 
-    ell = log_decay + g[:, 0].to(dt)  # ℓ̄' [B, HV, K]
+    ell = log_decay + g[:, 0].to(dt).clamp(min=LOG_DECAY_FLOOR)  # ℓ̄' [B, HV, K] (floor: no change in fp32)
     a = ell.exp()
     live = _live(length, C)
     decayed, u_live = _replay(ell, k_log, u_log, decay_log, live, G)  # [B, HV, C, K], [B, HV, C, V]

@@ -21,14 +21,12 @@ factors may be stored in the activation dtype (they are the model's own inputs);
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import register_decode_op
+from hf_deltalog.kernels._op import interpreting, register_decode_op
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
 
@@ -52,6 +50,7 @@ def _deltalog_rwkv6_prepare_kernel(
     b_r = tl.load(r_ptr + i_b * stride_rb + i_h * stride_rh + offs_k, mask=mask_k, other=0.0).to(tl.float32) * scale
     b_k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     b_w = tl.load(w_ptr + i_b * stride_wb + i_h * stride_wh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    b_w = tl.maximum(b_w, -104.0)  # kernels.common.LOG_DECAY_FLOOR
     b_u = tl.load(u_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0)  # ℓ̄ before this step
     L = tl.load(length_ptr + i_b).to(tl.int32)
@@ -72,7 +71,7 @@ def _deltalog_rwkv6_prepare_kernel(
         lam = tl.load(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], mask=mask_ck, other=0.0)
         coef = tl.sum(tl.where(mask_ck, tl.exp(ell[None, :] - lam) * b_kl, 0.0) * b_r[None, :], axis=1)
         tl.store(ws + 3 * K + 1 + offs_c, coef, mask=offs_c < C)
-        if L < C:
+        if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
             offs_vf = tl.arange(0, BVF)
             mask_vf = offs_vf < V
             b_v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_vf, mask=mask_vf, other=0.0)
@@ -158,7 +157,8 @@ def deltalog_rwkv6_workspace(B: int, H: int, K: int, C: int, device: torch.devic
     return torch.zeros(B, rwkv6_workspace_size(H, K, C), dtype=torch.float32, device=device)
 
 
-def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first):
+def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
+              block_v=8, num_warps=1):
     named = dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
                  decay_log=decay_log, length=length, workspace=workspace)
     for name, t in named.items():
@@ -189,7 +189,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
     if len({t.device for t in named.values()}) != 1:
         raise ValueError("all tensors must be on one device")
-    if r.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if r.device.type != "cuda" and not interpreting():
         raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {r.device}")
     for name in ("u", "base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
@@ -197,6 +197,10 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     for name in ("r", "k", "v", "w"):
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
+    if not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1):
+        raise ValueError(f"block_v must be a power of two >= 1; got {block_v!r}")
+    if num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16; got {num_warps!r}")
 
 
 def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
@@ -277,7 +281,8 @@ def fused_deltalog_rwkv6_decode(
     Raises:
         TypeError, ValueError: wrong dtypes, shapes, devices or layouts.
     """
-    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first)
+    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
+              block_v, num_warps)
     scale = float(r.shape[-1] ** -0.5 if scale is None else scale)
     args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, bool(state_v_first),
             int(block_v), int(num_warps))

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR
+
 __all__ = ["naive_deltalog_rwkv6_decode", "naive_deltalog_rwkv6_materialize", "naive_recurrent_rwkv6"]
 
 
@@ -162,7 +164,7 @@ def naive_deltalog_rwkv6_decode(
          + torch.einsum("bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, rf), v_live)
          + (rf * u.to(dt)[None] * kf).sum(-1, keepdim=True) * vf)
 
-    ell = log_decay + wf  # ℓ̄ after this step's decay
+    ell = log_decay + wf.clamp(min=LOG_DECAY_FLOOR)  # ℓ̄ after this step's decay (floor: no change in fp32)
     merge = length.to(torch.int64) >= C
     # S_t = diag(exp(w)) S_{t-1} + k vᵀ = diag(exp(ℓ̄')) base + Σ_i diag(exp(ℓ̄' − Λ_i)) k_i v_iᵀ + k vᵀ
     decayed_now, _ = _replay(ell, k_log, v_log, decay_log, length, dt)
