@@ -746,7 +746,8 @@ def print_table(result):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=str(REPO_ROOT / "eval" / "results"), help="output folder (default eval/results/)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default eval/results/; a temporary folder with --cpu-smoke)")
     p.add_argument("--operator", choices=["gdn", "kda", "rwkv6"], default="gdn", help="the recurrence (default gdn)")
     p.add_argument("--quick", action="store_true", help="small GPU subset: B in {1, 64, 256}, M in {4, 16}")
     p.add_argument("--cpu-smoke", action="store_true", help="CPU + Triton interpreter, tiny shapes, wall-clock only")
@@ -781,6 +782,10 @@ def main(argv=None):
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog.kernels.gdn imports it)
     import torch
 
+    if args.out is None:
+        import tempfile
+
+        args.out = tempfile.mkdtemp(prefix="bench_smoke_") if args.cpu_smoke else str(REPO_ROOT / "eval" / "results")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
