@@ -1,4 +1,4 @@
-"""generate() with DeltaLogCache against transformers' default cache, on every GDN family."""
+"""generate() with DeltaLogCache against transformers' default cache, on every GDN and KDA family."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Tiny random models of every GDN family (K ≠ V, HV ≠ Hk) and comparison helpers shared by the tests."""
+"""Tiny random models of every GDN (K ≠ V, HV ≠ Hk) and KDA family, and comparison helpers shared by the tests."""
 
 from __future__ import annotations
 
