@@ -44,7 +44,7 @@ def _qwen3_5():
         num_key_value_heads=2, head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
         linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
         layer_types=["linear_attention"] * 3 + ["full_attention"], tie_word_embeddings=False, initializer_range=0.05,
-        pad_token_id=0, eos_token_id=None)
+        pad_token_id=0, bos_token_id=1, eos_token_id=None)
     return transformers.Qwen3_5ForCausalLM(cfg)
 
 
@@ -55,7 +55,7 @@ def _kimi_linear():
         linear_conv_kernel_dim=4, num_local_experts=4, num_experts_per_tok=2, kv_lora_rank=128, q_lora_rank=None,
         qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=128,
         layer_types=["linear_attention"] * 3 + ["full_attention"], tie_word_embeddings=False, initializer_range=0.05,
-        pad_token_id=0, eos_token_id=None)
+        pad_token_id=0, bos_token_id=1, eos_token_id=None)
     return transformers.KimiLinearForCausalLM(cfg)
 
 
