@@ -19,6 +19,7 @@ materialised state and restart the log from the dense state it returns. Attentio
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -34,19 +35,24 @@ __all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
 
 BACKENDS = ("auto", "torch", "triton")
 MAX_MERGE_INTERVAL = 1024  # the log is replayed every step: far beyond a few dozen entries it only slows decoding
-# Merge-interval policy of the Triton backend when the user gives none (measured on an H200, eval/results/): below
-# this many bytes of fp32 state per layer DeltaLog does not beat a dense decode (B ≤ 8 at HV = 32, K = V = 128 lost;
-# B = 32, 64 MiB, won 1.2x), so such layers decode densely (M = 1).
-DENSE_BELOW_STATE_BYTES = 64 << 20
+# Merge-interval policy of the Triton backend when the user gives none, per operator (measured on an H200,
+# eval/results/h200/): below this many bytes of fp32 state per layer DeltaLog did not beat FLA's dense kernel, so
+# such layers decode densely (M = 1). GDN (HV = 32, K = V = 128): B = 8 (16 MiB) lost, B = 32 (64 MiB) won 1.23x.
+# KDA (H = 32, K = V = 128): B = 1 (2 MiB) lost, B = 8 (16 MiB) won 1.02x.
+DENSE_BELOW_STATE_BYTES = {"gdn": 64 << 20, "kda": 16 << 20}
 
 
-def _fla_dense_decode() -> Callable | None:
-    """FLA's ``fused_recurrent_gated_delta_rule`` (the fastest dense GDN decode kernel we know), or None."""
+def _fla_dense_decode(operator: str) -> Callable | None:
+    """FLA's dense decode kernel of ``operator`` (``fused_recurrent_gated_delta_rule`` / ``fused_recurrent_kda``,
+    the fastest dense kernels we know), or None where FLA is missing or unusable."""
     try:
-        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+        if operator == "kda":
+            from fla.ops.kda import fused_recurrent_kda as kernel
+        else:
+            from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as kernel
     except Exception:  # noqa: BLE001 - FLA missing or unusable here
         return None
-    return fused_recurrent_gated_delta_rule
+    return kernel
 
 
 class _Status:
@@ -184,16 +190,17 @@ class DeltaLogLayer(LinearAttentionLayer):
 
         Returns ``backend``, ``merge_interval``, ``state_v_first`` (the Triton kernels keep the base V-first,
         ``[B, HV, V, K]``: 1.3x faster than ``[B, HV, K, V]`` on an H200, eval/results/; converted once at prefill and
-        in ``materialize()``, never per step) and ``dense_fla`` (M = 1 GDN decoding on the GPU runs FLA's kernel).
+        in ``materialize()``, never per step) and ``dense_fla`` (M = 1 decoding on the GPU runs FLA's dense kernel when
+        FLA is installed).
         """
         backend = self._resolve_backend(device)
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
         merge_interval = self.default_merge_interval
-        if self.auto_merge_interval and backend == "triton" and self.spec.operator == "gdn" \
-                and batch * HV * K * V * 4 < DENSE_BELOW_STATE_BYTES:  # measured for GDN only
+        threshold = DENSE_BELOW_STATE_BYTES.get(self.spec.operator, 0)
+        if self.auto_merge_interval and backend == "triton" and batch * HV * K * V * 4 < threshold:
             merge_interval = 1
         state_v_first = backend == "triton"
-        dense_fla = merge_interval == 1 and device.type == "cuda" and state_v_first and self.spec.operator == "gdn"
+        dense_fla = merge_interval == 1 and device.type == "cuda" and state_v_first
         return dict(backend=backend, merge_interval=merge_interval, state_v_first=state_v_first, dense_fla=dense_fla)
 
     def _allocate(self, batch: int, device: torch.device) -> None:
@@ -201,7 +208,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.backend, self.merge_interval, self.state_v_first = plan["backend"], plan["merge_interval"], \
             plan["state_v_first"]
         self.capacity = self.merge_interval - 1
-        self.dense_kernel = _fla_dense_decode() if plan["dense_fla"] else None
+        self.dense_kernel = _fla_dense_decode(self.spec.operator) if plan["dense_fla"] else None
         Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
         C = self.capacity
         f32 = dict(dtype=torch.float32, device=device)
@@ -335,11 +342,17 @@ class DeltaLogLayer(LinearAttentionLayer):
         buffers = (self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
         if self.dense_kernel is not None:
             # M = 1 on the GPU: FLA's dense kernel on the V-first base; it returns a new state tensor, which becomes
-            # the base (no copy; this dynamic cache does not promise stable addresses).
-            o, self.base = self.dense_kernel(query, key, value, g=g, beta=beta, initial_state=self.base,
-                                             output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
-                                             state_v_first=self.state_v_first)
-            return o, self.handle
+            # the base (no copy; this dynamic cache does not promise stable addresses). The base is untouched until
+            # then, so if FLA fails our own kernel (M = 1, same layout) takes over, with a warning.
+            try:
+                o, self.base = self.dense_kernel(query, key, value, g=g, beta=beta, initial_state=self.base,
+                                                 output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
+                                                 state_v_first=self.state_v_first)
+                return o, self.handle
+            except Exception as err:  # noqa: BLE001 - any failure of the optional dense kernel
+                warnings.warn(f"layer {self.layer_idx}: FLA's dense decode kernel failed ({err!r:.200}); decoding with "
+                              "hf_deltalog's own kernel (M = 1) from now on", RuntimeWarning, stacklevel=2)
+                self.dense_kernel = None
         if self.backend == "triton":
             kernel = _triton_kernels(self.spec.operator)[0]
             o = kernel(query, key, value, g, beta, *buffers, self.workspace, use_qk_l2norm_in_kernel=use_qk_l2norm,
@@ -518,9 +531,10 @@ class DeltaLogCache(DynamicCache):
         model_or_config: the model, or its config (a wrapper config resolves to its text config).
         merge_interval: ``M ≥ 1``. ``M = 1`` is eager dense decoding. Default (None): the family's (8 for GDN, 4 for
             KDA), except
-            that on the Triton backend a layer whose fp32 state is under :data:`DENSE_BELOW_STATE_BYTES` (64 MiB:
-            B < 32 at HV = 32, K = V = 128) decodes densely, where DeltaLog measured slower than a dense kernel; dense
-            decoding on the GPU runs FLA's ``fused_recurrent_gated_delta_rule`` when FLA is installed.
+            that on the Triton backend a layer whose fp32 state is under :data:`DENSE_BELOW_STATE_BYTES` (GDN 64 MiB:
+            B < 32 at HV = 32, K = V = 128; KDA 16 MiB: B < 8 at H = 32) decodes densely, where DeltaLog measured
+            slower than a dense kernel; dense decoding on the GPU runs FLA's ``fused_recurrent_*`` when FLA is
+            installed.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
 
     Raises:

@@ -368,5 +368,27 @@ def test_gpu_plan_of_the_triton_backend():
     fixed = DeltaLogCache(family_config("qwen3_5", **heads), merge_interval=4).deltalog_layers[0]
     assert fixed.plan(8, cuda)["merge_interval"] == 4
     kda = DeltaLogCache(family_config("kimi_linear", linear_num_heads=32, linear_head_dim=128)).deltalog_layers[0]
+    # KDA: 32 heads of 128 x 128: 2 MiB per row; dense below 16 MiB (B < 8).
+    assert kda.plan(1, cuda) == dict(backend="triton", merge_interval=1, state_v_first=True, dense_fla=True)
     assert kda.plan(8, cuda) == dict(backend="triton", merge_interval=4, state_v_first=True, dense_fla=False)
     assert gdn.plan(8, torch.device("cpu"))["backend"] == "torch"
+
+
+def test_failing_dense_kernel_falls_back_to_our_kernel():
+    """If FLA's dense kernel fails, the layer warns once and decodes with its own kernel (M = 1), exactly."""
+    pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model, merge_interval=1, backend="triton")
+    first = forward(model, ids, cache)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no GPU here")
+
+    for layer in cache.deltalog_layers:
+        layer.dense_kernel = broken
+    with pytest.warns(RuntimeWarning, match="FLA's dense decode kernel failed"):
+        ours = decode(model, cache, first, 3)
+    assert all(layer.dense_kernel is None for layer in cache.deltalog_layers)
+    ref = DynamicCache(config=model.config)
+    assert max_abs(ours, decode(model, ref, forward(model, ids, ref), 3)) <= 1e-4
