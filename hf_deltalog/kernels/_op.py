@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch.library import triton_op
 
-__all__ = ["OP_KIND", "interpreting", "register_decode_op"]
+__all__ = ["OP_KIND", "check_launch_options", "interpreting", "register_decode_op"]
 
 
 def interpreting() -> bool:
@@ -33,3 +33,12 @@ def register_decode_op(name: str, body: Callable, mutates: tuple[str, ...], outp
     op = torch.library.custom_op(name, mutates_args=mutates)(body)
     op.register_fake(output_like)
     return op
+
+
+def check_launch_options(block_v, num_warps) -> None:
+    """Raise ValueError unless ``block_v`` is a power of two ≥ 1 and ``num_warps`` one of 1, 2, 4, 8, 16 (None keeps
+    a launcher's default)."""
+    if block_v is not None and (not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1)):
+        raise ValueError(f"block_v must be a power of two >= 1 (or None for the default); got {block_v!r}")
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")

@@ -48,7 +48,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import OP_KIND, register_decode_op
+from hf_deltalog.kernels._op import OP_KIND, check_launch_options, register_decode_op
 from hf_deltalog.kernels._op import interpreting as _interpreting
 
 __all__ = ["fused_deltalog_gdn_decode", "deltalog_gdn_workspace", "default_launch_config", "OP_NAME", "OP_KIND"]
@@ -333,10 +333,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim (other strides are free); got strides {t.stride()}")
-    if block_v is not None and (not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1)):
-        raise ValueError(f"block_v must be None or a power of two ≥ 1; got {block_v!r}")
-    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"num_warps must be None or one of 1, 2, 4, 8, 16; got {num_warps!r}")
+    check_launch_options(block_v, num_warps)
     return B, Hk, HV, K, V, C
 
 

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import interpreting, register_decode_op
+from hf_deltalog.kernels._op import check_launch_options, interpreting, register_decode_op
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
 
@@ -197,10 +197,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     for name in ("r", "k", "v", "w"):
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
-    if not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1):
-        raise ValueError(f"block_v must be a power of two >= 1; got {block_v!r}")
-    if num_warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16; got {num_warps!r}")
+    check_launch_options(block_v, num_warps)
 
 
 def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
