@@ -79,13 +79,11 @@ class Operator:
 
         return fused_deltalog_gdn_decode, deltalog_gdn_workspace
 
-    def decode(self, *args, state_v_first=False, block_v=None, num_warps=None):
+    def decode(self, *args, state_v_first=False, launch=None):
+        """One step of our kernel; ``launch``: launch-option overrides (None values keep the kernel's default)."""
         kernel = self.kernels()[0]
         kw = dict(state_v_first=state_v_first)
-        if block_v:
-            kw["block_v"] = block_v
-        if num_warps:
-            kw["num_warps"] = num_warps
+        kw.update({k: v for k, v in (launch or {}).items() if v is not None})
         if self.name == "gdn":
             kw["use_custom_op"] = False
         return kernel(*args, **kw)
@@ -400,7 +398,7 @@ def pkg_version(name: str):
 # Benchmarks
 
 
-def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, block_v=None, num_warps=None):
+def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, launch=None):
     torch, timer, dev = ctx["torch"], ctx["timer"], ctx["device"]
     gen = torch.Generator().manual_seed(100 + M)
     sets = [make_deltalog_set(torch, s, M, v_first, dev, gen) for _ in range(R)]
@@ -410,7 +408,7 @@ def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, block_v=None, n
         st = sets[r]
         return lambda: OP.decode(
             *inputs[r], st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"], st["length"],
-            st["workspace"], state_v_first=v_first, block_v=block_v, num_warps=num_warps,
+            st["workspace"], state_v_first=v_first, launch=launch,
         )
 
     steps = [step(r) for r in range(R)]
@@ -468,6 +466,72 @@ def eager_time(timer, steps):
         torch.cuda.synchronize()
         out.append(a.elapsed_time(b) * 1e3 / (5 * len(steps)))
     return statistics.median(out)
+
+
+def load_replayssm(wheel: str):
+    """The public ReplaySSM decode launcher (``fused_recurrent_linear_replayssm_decode``: GDN and, with ``is_kda``,
+    KDA) from SGLang's published wheel: the one module (it imports only torch and triton) is extracted from the wheel
+    into a temporary folder and imported from there, so nothing of it enters this project and none of SGLang's
+    dependencies is needed. Returns ``(launcher, description)`` or ``(None, reason)``."""
+    import importlib.util
+    import tempfile
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if n.endswith("/fused_recurrent_linear_replayssm.py")]
+            if not names:
+                return None, f"{Path(wheel).name} has no fused_recurrent_linear_replayssm.py"
+            folder = Path(tempfile.mkdtemp(prefix="replayssm_"))
+            path = folder / "replayssm_decode.py"
+            path.write_bytes(zf.read(names[0]))  # Triton's @jit needs the source on disk
+        spec = importlib.util.spec_from_file_location("replayssm_decode", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.fused_recurrent_linear_replayssm_decode, f"{Path(wheel).name}:{names[0]}"
+    except Exception as e:  # noqa: BLE001 - any failure means "not available"
+        return None, f"{type(e).__name__}: {e}"
+
+
+def bench_replayssm(ctx, s: Shape, L: int, R: int):
+    """ReplaySSM's decode over whole cycles of its ring (L - 1 appends, then a flush), like ours: each phase c has its
+    own constant cursor tensor (value c), so no cursor-advance kernel is charged to the layer (in a model one cursor
+    per request serves every layer). Its gating is fused (it takes the raw gate inputs ``a``, ``b`` and the layer's
+    ``A_log``, ``dt_bias``); state ``[B, HV, V, K]`` fp32, fp32 rings (SGLang allocates decode rings in the state
+    dtype), bf16 activations, l2-normalised q and k, default launch options."""
+    torch, timer, dev, fn = ctx["torch"], ctx["timer"], ctx["device"], ctx["replayssm"]
+    gen = torch.Generator().manual_seed(300 + L)
+    kda = OP.name == "kda"
+    gate = (s.B, s.HV, s.K) if kda else (s.B, s.HV)
+    A_log = (torch.rand(s.HV, generator=gen) * 2 - 4).to(dev)
+    dt_bias = (torch.randn(*(gate[1:]), generator=gen) * 0.1).to(dev)
+    idx = torch.arange(s.B, dtype=torch.int32, device=dev)
+    cursors = [torch.full((s.B,), c, dtype=torch.int32, device=dev) for c in range(L)]
+    sets = []
+    for _ in range(R):
+        sets.append(dict(
+            qkv=torch.randn(s.B, 2 * s.Hk * s.K + s.HV * s.V, generator=gen).to(dev, ctx["act_dtype"]),
+            a=torch.randn(*gate, generator=gen).to(dev, ctx["act_dtype"]),
+            b=torch.randn(s.B, s.HV, generator=gen).to(dev, ctx["act_dtype"]),
+            state=(torch.randn(s.B, s.HV, s.V, s.K, generator=gen) * 0.05).to(dev),
+            d=torch.zeros(s.B, s.HV, L, s.V, device=dev),
+            k=torch.zeros(s.B, s.Hk, L, s.K, device=dev),
+            g=torch.zeros(s.B, s.HV, L, *((s.K,) if kda else ()), device=dev),
+            out=torch.empty(s.B, 1, s.HV, s.V, device=dev, dtype=ctx["act_dtype"]),
+        ))
+
+    def step(r, c):
+        st = sets[r]
+        return lambda: fn(st["qkv"], st["a"], st["b"], A_log, dt_bias, s.K**-0.5, st["state"], st["d"], st["k"],
+                          st["g"], st["out"], idx, cursors[c], use_qk_l2norm_in_kernel=True, is_kda=kda)
+
+    phases = [[step(r, c) for r in range(R)] for c in range(L)]
+    timer.warm([fn_ for ph in phases for fn_ in ph])
+    cycle = timer.capture([fn_ for ph in phases for fn_ in ph])
+    amort = timer.time_single_graph(cycle, L * R)
+    per_phase, amort_phases = timer.time_graphs([timer.capture(ph) for ph in phases], [R] * L)
+    return dict(amortized_us=amort, amortized_from_phases_us=amort_phases, phase_us=per_phase,
+                append_us=per_phase[:-1], merge_us=per_phase[-1])
 
 
 def bench_dense_compiled(ctx, s: Shape, R: int):
@@ -533,7 +597,8 @@ def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
             outs = []
             for t in range(steps):
                 outs.append(OP.decode(*xs[t], st["base"], st["log_decay"], st["k_log"], st["u_log"],
-                                      st["decay_log"], st["length"], st["workspace"], state_v_first=v_first))
+                                      st["decay_log"], st["length"], st["workspace"], state_v_first=v_first,
+                                      launch=ctx.get("launch")))
             S = materialize(st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"],
                             st["length"], state_v_first=v_first)
             rec["results"].append(dict(variant="ours", M=M, layout="VK" if v_first else "KV",
@@ -744,6 +809,80 @@ def print_table(result):
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def resolved_launch(s: Shape, M: int, launch) -> dict:
+    """The launch options our kernel runs with at this shape (defaults with ``launch``'s overrides), for the record."""
+    if OP.name != "gdn":
+        return {k: v for k, v in launch.items() if v is not None}
+    from hf_deltalog.kernels.gdn.fused_deltalog import _resolve_launch
+
+    g = lambda k, none=0: none if launch.get(k) is None else int(launch[k])  # noqa: E731
+    return _resolve_launch(s.B, s.Hk, s.HV, s.K, s.V, M - 1, g("block_v"), g("num_warps"), g("heads_per_program"),
+                           g("raw_qk", -1), g("prepare_warps"))._asdict()
+
+
+def tune_grid(shape_kw):
+    """Launch-option combinations the sweep tries (None = the kernel's default)."""
+    if OP.name != "gdn":
+        return [{}] + [dict(block_v=bv, num_warps=nw) for bv in (8, 16, 32) for nw in (1, 2, 4)]
+    G = shape_kw["HV"] // shape_kw["Hk"]
+    grid = [{}]  # the defaults: the reference of --tune-select
+    for bv, nw in ((8, 1), (16, 2), (8, 2)):
+        for hpp in (1, 2) if G % 2 == 0 else (1,):
+            for raw in (False, True):
+                for prep in (None, 4):
+                    if (bv, nw, hpp, raw, prep) == (8, 1, 1, False, None):
+                        continue  # that is the default set (first entry) on the GPU shapes
+                    grid.append(dict(block_v=bv, num_warps=nw, heads_per_program=hpp, raw_qk=raw, prepare_warps=prep))
+    return grid
+
+
+def run_tune(ctx, args, shape_kw, l2, out_dir, result):
+    """Our kernel (V-first base) under every :func:`tune_grid` option set, at --tune-batches x --tune-ms."""
+    out = []
+    Bs = [b for b in args.tune_batches] if not ctx["device"].type == "cpu" else [2]
+    Ms = args.tune_ms if not ctx["device"].type == "cpu" else [4]
+    grid = tune_grid(shape_kw)
+    if ctx["device"].type == "cpu":
+        grid = grid[:2] + grid[-1:]  # exercise the code path only
+    for B in Bs:
+        s = Shape(B=B, **shape_kw)
+        R = n_sets(s, l2, args.max_sets)
+        for M in Ms:
+            for opts in grid:
+                rec = dict(B=B, M=M, layout="VK", options=opts, launch=resolved_launch(s, M, opts))
+                try:
+                    r = bench_deltalog(ctx, s, M, True, R, opts)
+                    rec.update(amortized_us=r["amortized_us"], append_mean_us=statistics.mean(r["append_us"]),
+                               merge_us=r["merge_us"])
+                except Exception as e:  # noqa: BLE001
+                    rec.update(amortized_us=None, error=repr(e)[:300])
+                out.append(rec)
+            log(f"tune B={B} M={M}: best " + min(
+                (f"{r['amortized_us']:.1f} µs {r['options']}" for r in out
+                 if r["B"] == B and r["M"] == M and r.get("amortized_us")), default="-"))
+            result["tune"] = out
+            write_outputs(out_dir, result, final=False)
+    return out
+
+
+def select_tuned(tune):
+    """The option set with the lowest geometric mean of (its time / the default options' time) over the tuned
+    (B, M) points where both ran; None if nothing ran."""
+    by_opts = {}
+    for r in tune:
+        key = json.dumps(r["options"], sort_keys=True)
+        by_opts.setdefault(key, {})[(r["B"], r["M"])] = r.get("amortized_us")
+    ref = by_opts.get("{}") or next(iter(by_opts.values()))  # the default options (tune_grid's first entry)
+    scores = {}
+    for key, pts in by_opts.items():
+        ratios = [pts[p] / ref[p] for p in pts if pts.get(p) and ref.get(p)]
+        if ratios and len(ratios) == len([p for p in ref if ref.get(p)]):
+            scores[key] = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    if not scores:
+        return None
+    return json.loads(min(scores, key=scores.get))
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=None,
@@ -759,15 +898,26 @@ def parse_args(argv=None):
     p.add_argument("--max-sets", type=int, default=128, help="cap on rotated state sets (L2 eviction)")
     p.add_argument("--block-v", type=int, default=None, help="override the kernel's BV")
     p.add_argument("--num-warps", type=int, default=None, help="override the kernel's num_warps")
-    p.add_argument("--tune", action="store_true", help="also sweep BV x num_warps for ours at M=8 (B in {1, 64, 512})")
-    p.add_argument("--tune-batches", type=int, nargs="*", default=[1, 64, 512])
-    p.add_argument("--tune-block-v", type=int, nargs="*", default=[8, 16, 32, 64])
-    p.add_argument("--tune-warps", type=int, nargs="*", default=[1, 2, 4, 8])
-    p.add_argument("--tune-layouts", nargs="*", default=["KV", "VK"], choices=["KV", "VK"])
+    p.add_argument("--heads-per-program", type=int, default=None, help="GDN: override value heads per program")
+    p.add_argument("--raw-qk", type=int, choices=[0, 1], default=None, help="GDN: override raw_qk")
+    p.add_argument("--prepare-warps", type=int, default=None, help="GDN: override the prepare kernel's warps")
+    p.add_argument("--layouts", nargs="*", default=["KV", "VK"], choices=["KV", "VK"],
+                   help="base layouts of ours for M > 1 (M = 1 always runs both)")
+    p.add_argument("--replayssm-wheel", default=None,
+                   help="SGLang wheel holding the public ReplaySSM kernel; adds it as a baseline (GDN and KDA)")
+    p.add_argument("--replayssm-ls", type=int, nargs="*", default=[8, 16], help="ReplaySSM ring lengths L")
+    p.add_argument("--tune", action="store_true",
+                   help="sweep launch options of ours (V-first) before the main run: GDN: BV x warps x heads per "
+                        "program x raw_qk x prepare warps; KDA/RWKV6: BV x warps")
+    p.add_argument("--tune-select", action="store_true",
+                   help="with --tune: run the main benchmark with the sweep's best options (lowest geometric mean of "
+                        "time relative to the defaults over the tuned B and M)")
+    p.add_argument("--tune-batches", type=int, nargs="*", default=[64, 256])
+    p.add_argument("--tune-ms", type=int, nargs="*", default=[8, 16])
     p.add_argument("--no-numerics", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
     args = p.parse_args(argv)
-    for name in ("batches", "ms", "numerics_batches", "numerics_ms", "tune_batches", "tune_block_v"):
+    for name in ("batches", "ms", "numerics_batches", "numerics_ms", "tune_batches", "tune_ms", "replayssm_ls"):
         values = getattr(args, name) or []
         if any(v < 1 for v in values):
             p.error(f"--{name.replace('_', '-')} takes integers >= 1; got {values}")
@@ -829,20 +979,40 @@ def main(argv=None):
     else:
         ctx["dense_compiled"] = torch.compile(dense)
 
+    launch = dict(block_v=args.block_v, num_warps=args.num_warps)
+    if OP.name == "gdn":
+        launch.update(heads_per_program=args.heads_per_program,
+                      raw_qk=None if args.raw_qk is None else bool(args.raw_qk), prepare_warps=args.prepare_warps)
+    elif any(v is not None for v in (args.heads_per_program, args.raw_qk, args.prepare_warps)):
+        sys.exit("--heads-per-program, --raw-qk and --prepare-warps exist for --operator gdn only")
+    if args.replayssm_wheel and OP.name != "rwkv6" and device.type == "cuda":
+        ctx["replayssm"], replayssm_info = load_replayssm(args.replayssm_wheel)
+    else:
+        ctx["replayssm"], replayssm_info = None, ("not requested" if not args.replayssm_wheel else
+                                                  "GPU only, GDN/KDA only")
     result = dict(
         env=environment(ctx), mode="cpu-smoke" if args.cpu_smoke else ("quick" if args.quick else "full"),
         shape=dict(shape_kw, state_dtype="float32", act_dtype=str(act_dtype)), batches=Bs, Ms=Ms, rows=[],
-        out_dir=str(out_dir), fla_available=fla is not None,
-        kernel_overrides=dict(block_v=args.block_v, num_warps=args.num_warps),
+        out_dir=str(out_dir), fla_available=fla is not None, replayssm=replayssm_info,
+        kernel_overrides=dict(launch),
     )
     if fla is None:
         log(f"FLA: not available ({fla_err})")
+    log(f"ReplaySSM: {replayssm_info}")
     bw = measure_bandwidth(ctx, bw_bytes)
     result["bandwidth_GBps"] = bw / 1e9
     log(f"copy bandwidth {bw / 1e9:.1f} GB/s ({bw_bytes} B copy, read + write)")
 
-    from hf_deltalog.kernels.gdn.fused_deltalog import default_launch_config
+    if args.tune:
+        result["tune"] = run_tune(ctx, args, shape_kw, l2, out_dir, result)
+        if args.tune_select:
+            best = select_tuned(result["tune"])
+            if best is not None:
+                launch.update(best)
+                result["kernel_overrides"] = dict(launch, selected_by_tune=True)
+                log(f"tune: selected {best}")
 
+    ctx["launch"] = launch
     rows = result["rows"]
     for B in Bs:
         s = Shape(B=B, **shape_kw)
@@ -868,15 +1038,26 @@ def main(argv=None):
             except Exception as e:  # noqa: BLE001
                 row.update(amortized_us=None, note=f"failed: {e!r}"[:300])
         rows.append(row)
+        if ctx["replayssm"] is not None:
+            for L in args.replayssm_ls:
+                row = dict(B=B, variant="replayssm", layout="VK", M=L, sets=R,
+                           floor_us=deltalog_cycle_bytes(s, L) / bw * 1e6)
+                try:
+                    r = bench_replayssm(ctx, s, L, R)
+                    row.update(r, append_mean_us=statistics.mean(r["append_us"]) if r["append_us"] else None)
+                except Exception as e:  # noqa: BLE001
+                    row.update(amortized_us=None, note=f"failed: {e!r}"[:300])
+                rows.append(row)
         for M in [1] + [m for m in Ms if m != 1]:
             for v_first in (False, True):
+                if M > 1 and ("VK" if v_first else "KV") not in args.layouts:
+                    continue
                 floor = (dense_bytes(s) if M == 1 else deltalog_cycle_bytes(s, M)) / bw * 1e6
-                bv, nw = default_launch_config(B, s.Hk, s.K, s.V)
                 row = dict(B=B, variant="deltalog", layout="VK" if v_first else "KV", M=M, sets=R, floor_us=floor,
-                           block_v=args.block_v or bv, num_warps=args.num_warps or nw,
+                           launch=resolved_launch(s, M, launch),
                            phase_floor_us=[deltalog_phase_bytes(s, M, c) / bw * 1e6 for c in range(M)])
                 try:
-                    r = bench_deltalog(ctx, s, M, v_first, R, args.block_v, args.num_warps)
+                    r = bench_deltalog(ctx, s, M, v_first, R, launch)
                     row.update(r, append_first_us=r["append_us"][0] if r["append_us"] else None,
                                append_last_us=r["append_us"][-1] if r["append_us"] else None,
                                append_mean_us=statistics.mean(r["append_us"]) if r["append_us"] else None)
@@ -896,27 +1077,6 @@ def main(argv=None):
         add_speedups(rows)
         result["policy"] = policy(rows, Bs)
         write_outputs(out_dir, result, final=False)
-
-    if args.tune:
-        result["tune"] = []
-        for B in [b for b in args.tune_batches if not args.cpu_smoke] or [1]:
-            s = Shape(B=B, **shape_kw)
-            R = n_sets(s, l2, args.max_sets)
-            for bv in args.tune_block_v:
-                for nw in args.tune_warps:
-                    for v_first in [layout == "VK" for layout in args.tune_layouts]:
-                        try:
-                            r = bench_deltalog(ctx, s, 8, v_first, R, bv, nw)
-                            result["tune"].append(dict(B=B, M=8, block_v=bv, num_warps=nw, layout="VK" if v_first else "KV",
-                                                       amortized_us=r["amortized_us"], merge_us=r["merge_us"]))
-                        except Exception as e:  # noqa: BLE001
-                            result["tune"].append(dict(B=B, block_v=bv, num_warps=nw, error=repr(e)[:200]))
-            log(f"tune B={B} done")
-            write_outputs(out_dir, result, final=False)
-        for r in result["tune"]:
-            if "amortized_us" in r:
-                print(f"tune B={r['B']:4d} BV={r['block_v']:3d} warps={r['num_warps']} {r['layout']}: "
-                      f"{r['amortized_us']:8.2f} µs amortized, merge {r['merge_us']:8.2f} µs")
 
     if not args.no_numerics:
         result["numerics"] = []

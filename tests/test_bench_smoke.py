@@ -26,3 +26,21 @@ def test_bench_cpu_smoke(operator, tmp_path):
     numerics = result["numerics"][0]["results"]
     # bf16 activations: the output is rounded to bf16 (relative error ~2^-9); the state is fp32.
     assert all(r["out_rel"] < 1e-2 and r["state_rel"] < 1e-5 for r in numerics if r["variant"] == "ours")
+
+
+def test_bench_tune_select_cpu_smoke(tmp_path):
+    """--tune sweeps launch options of the GDN kernel first; --tune-select runs the main benchmark with the winner."""
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--batches", "1", "--ms", "2", "--layouts", "VK", "--no-numerics", "--no-compile",
+                "--tune", "--tune-select", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "bench_gdn_decode.json").read_text())
+    tuned = [r for r in result["tune"] if r.get("amortized_us")]
+    assert len(tuned) == 3 and tuned[0]["options"] == {}  # the defaults are the reference of the selection
+    assert result["kernel_overrides"]["selected_by_tune"] is True
+    chosen = {k: v for k, v in result["kernel_overrides"].items() if k != "selected_by_tune"}
+    assert chosen in [r["options"] for r in tuned] or all(v is None for v in chosen.values())
+    ours = [r for r in result["rows"] if r["variant"] == "deltalog" and r["M"] == 2]
+    assert [r["layout"] for r in ours] == ["VK"] and ours[0]["amortized_us"] > 0

@@ -131,6 +131,33 @@ def test_stepwise_matches_naive(B, Hk, HV, K, V, M, state_v_first, dtype, block_
         assert_same_buffers(ours, ref, tag)
 
 
+# Launch options change which program computes what (value heads per program, who normalises q and k, prepare warps),
+# never the result: every combination against the reference, rows in mixed phases, both layouts, K != V, G = 4.
+LAUNCH_CASES = [
+    ("hpp2-vfirst", True, torch.float32, dict(heads_per_program=2)),
+    ("hpp4-kfirst", False, torch.float32, dict(heads_per_program=4, block_v=8)),
+    ("rawqk-vfirst-bf16", True, torch.bfloat16, dict(raw_qk=True)),
+    ("rawqk-hpp2-kfirst", False, torch.float32, dict(raw_qk=True, heads_per_program=2, num_warps=2)),
+    ("rawqk-hpp2-vfirst-prep4", True, torch.float16, dict(raw_qk=True, heads_per_program=2, prepare_warps=4)),
+    ("hpp2-vfirst-bv16-prep2", True, torch.float32, dict(heads_per_program=2, block_v=16, prepare_warps=2)),
+]
+
+
+@pytest.mark.parametrize("state_v_first,dtype,launch", [c[1:] for c in LAUNCH_CASES], ids=[c[0] for c in LAUNCH_CASES])
+def test_launch_options_match_naive(state_v_first, dtype, launch):
+    B, Hk, HV, K, V, M = 3, 2, 8, 32, 16, 4
+    ours = make_state(B, Hk, HV, K, V, M, state_v_first, [0, 2, 3], seed=21)
+    ref = [t.clone() for t in ours]
+    ws = workspace(B, Hk, HV, K, M)
+    gen = torch.Generator().manual_seed(22)
+    for step in range(5):  # every row passes a merge
+        q, k, v, g, beta = make_inputs(B, Hk, HV, K, V, dtype, gen)
+        o = fused_deltalog_gdn_decode(q, k, v, g, beta, *ours, ws, state_v_first=state_v_first, **launch)
+        o_ref = naive_deltalog_gdn_decode(q, k, v, g, beta, *ref, state_v_first=state_v_first)
+        torch.testing.assert_close(o.float(), o_ref.float(), **OUT_TOL[dtype], msg=f"step {step}")
+        assert_same_buffers(ours, ref, f"step {step}")
+
+
 def test_options_int64_length_scale_no_l2norm_gate_dtypes():
     """int64 length, an explicit scale, use_qk_l2norm_in_kernel=False, bf16/fp64 gates and strided activations."""
     B, Hk, HV, K, V, M = 3, 1, 3, 16, 16, 3
@@ -239,20 +266,24 @@ def test_custom_op_plain_entry_and_compile():
             assert torch.equal(ta.nan_to_num(7.0), tb.nan_to_num(7.0)), f"step {step}: {name} (op)"
             assert torch.equal(ta.nan_to_num(7.0), tc.nan_to_num(7.0)), f"step {step}: {name} (compiled)"
     x = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
-    args = (*x, *[t.nan_to_num(0.0) for t in a], ca.nan_to_num(0.0), K**-0.5, True, True, 16, 0)
+    args = (*x, *[t.nan_to_num(0.0) for t in a], ca.nan_to_num(0.0), K**-0.5, True, True, 16, 0, 2, 1, 0)
     result = torch.library.opcheck(torch.ops.hf_deltalog.fused_deltalog_gdn_decode, args)
     assert all(v == "SUCCESS" for v in result.values()), result
     assert OP_KIND == "custom_op"  # the interpreter cannot trace wrap_triton; GPUs get the triton_op form
 
 
 def test_default_launch_config():
-    assert default_launch_config(256, 16, 128, 128) == (8, 1)  # a dense-decode-shaped program: [8, K], one warp
-
+    # a dense-decode-shaped program ([8, K], one warp, one value head), q̂/k̂ prepared once, one prepare warp at M = 8
+    assert default_launch_config(256, 16, 32, 128, 128, 7) == (8, 1, 1, False, 1)
+    assert default_launch_config(256, 16, 32, 128, 128, 15).prepare_warps == 4  # a [16, 128] log tile: more warps
     for B in (1, 3, 64, 512):
         for K, V in ((16, 32), (64, 64), (128, 128), (256, 128), (20, 24)):
-            bv, nw = default_launch_config(B, 2, K, V)
-            vmax = 1 << (V - 1).bit_length()
-            assert (bv & (bv - 1)) == 0 and min(8, vmax) <= bv <= vmax and nw in (1, 2, 4), (B, K, V, bv, nw)
+            for C in (0, 1, 7, 31):
+                cfg = default_launch_config(B, 2, 6, K, V, C)
+                vmax = 1 << (V - 1).bit_length()
+                assert (cfg.block_v & (cfg.block_v - 1)) == 0 and min(8, vmax) <= cfg.block_v <= vmax, cfg
+                assert cfg.num_warps in (1, 2, 4) and cfg.prepare_warps in (1, 2, 4), cfg
+                assert 3 % cfg.heads_per_program == 0, cfg  # must divide G = 6 // 2
 
 
 def _good_args(B=2, Hk=1, HV=2, K=16, V=16, M=3):
@@ -306,6 +337,8 @@ BAD_INPUTS = [
     ("device", _set(5, lambda t: t.to("meta")), ValueError, "one device"),
     ("block_v", _kw(block_v=12), ValueError, "block_v"),
     ("num_warps", _kw(num_warps=3), ValueError, "num_warps"),
+    ("prepare_warps", _kw(prepare_warps=5), ValueError, "prepare_warps must be one of"),
+    ("heads_per_program", _kw(heads_per_program=4), ValueError, "heads_per_program must be a power of two dividing"),
 ]
 
 

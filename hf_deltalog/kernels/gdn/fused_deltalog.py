@@ -43,6 +43,8 @@ All products are fp32 elementwise products reduced with ``tl.sum`` (no ``tl.dot`
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -51,7 +53,9 @@ from torch.library import wrap_triton
 from hf_deltalog.kernels._op import OP_KIND, check_launch_options, register_decode_op
 from hf_deltalog.kernels._op import interpreting as _interpreting
 
-__all__ = ["fused_deltalog_gdn_decode", "deltalog_gdn_workspace", "default_launch_config", "OP_NAME", "OP_KIND"]
+__all__ = [
+    "LaunchConfig", "OP_KIND", "OP_NAME", "deltalog_gdn_workspace", "default_launch_config", "fused_deltalog_gdn_decode",
+]
 
 OP_NAME = "hf_deltalog::fused_deltalog_gdn_decode"
 
@@ -85,6 +89,7 @@ def _deltalog_gdn_prepare_kernel(
     BC: tl.constexpr,
     WS: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
+    STORE_QK: tl.constexpr,
 ):
     """Per (row, key head): normalise q and k, form the replay coefficients of the key head's log, advance the
     cumulative log-decay of its G value heads and append k̂ and ℓ̄' (append rows). Writes the row's workspace."""
@@ -101,8 +106,9 @@ def _deltalog_gdn_prepare_kernel(
         b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
     b_q = b_q * scale
     qk = tl.sum(b_q * b_k, axis=0)
-    tl.store(ws + i_hk * K + offs_k, b_q, mask=mask_k)
-    tl.store(ws + (HK + i_hk) * K + offs_k, b_k, mask=mask_k)
+    if STORE_QK:  # the decode kernel re-reads q̂, k̂ from here (raw_qk=False) instead of normalising itself
+        tl.store(ws + i_hk * K + offs_k, b_q, mask=mask_k)
+        tl.store(ws + (HK + i_hk) * K + offs_k, b_k, mask=mask_k)
 
     L = tl.load(length_ptr + i_b).to(tl.int32)
     is_merge = L >= C
@@ -139,6 +145,8 @@ def _deltalog_gdn_prepare_kernel(
 
 @triton.jit
 def _deltalog_gdn_decode_kernel(
+    q_ptr,
+    k_ptr,
     v_ptr,
     beta_ptr,
     o_ptr,
@@ -147,6 +155,11 @@ def _deltalog_gdn_decode_kernel(
     u_log_ptr,
     length_ptr,
     ws_ptr,
+    scale,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kh,
     stride_vb,
     stride_vh,
     stride_betab,
@@ -162,68 +175,87 @@ def _deltalog_gdn_decode_kernel(
     BC: tl.constexpr,
     NV: tl.constexpr,
     WS: tl.constexpr,
+    HPP: tl.constexpr,
     STATE_V_FIRST: tl.constexpr,
+    RAW_QK: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr,
 ):
-    """Per (row, value head, value tile): read the base tile, replay the live log with the prepared coefficients,
-    write o, then append u (append rows) or write the merged tile (merge rows)."""
+    """Per (row, group of HPP value heads of one key head, value tile): read the HPP base tiles, replay the live log
+    with the prepared coefficients, write o, then append u (append rows) or write the merged tiles (merge rows).
+
+    The program's tile has R = HPP·BV rows (value channels; row r belongs to value head i_hv0 + r // BV): the value
+    heads of a GQA group share the key-side loads (q̂, k̂ and, on merge rows, the key log)."""
     pid = tl.program_id(0).to(tl.int64)
     i_v = pid % NV
-    i_bh = pid // NV
-    i_hv = i_bh % HV
-    i_b = i_bh // HV
-    i_hk = i_hv // G
+    i_bg = pid // NV
+    i_g = i_bg % (HV // HPP)
+    i_b = i_bg // (HV // HPP)
+    i_hv0 = i_g * HPP
+    i_hk = i_hv0 // G  # HPP divides G: every head of the program reads key head i_hk
     ws = ws_ptr + i_b * WS
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
-    offs_v = i_v * BV + tl.arange(0, BV)
-    mask_v = offs_v < V
+    offs_r = tl.arange(0, HPP * BV)
+    v_r = i_v * BV + offs_r % BV  # value channel of row r
+    hv_r = i_hv0 + offs_r // BV  # value head of row r
+    bh_r = i_b * HV + hv_r
+    mask_r = v_r < V
 
     L = tl.load(ws + WS - 1).to(tl.int32)
     is_merge = L >= C
-    b_q = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
-    b_k = tl.load(ws + (HK + i_hk) * K + offs_k, mask=mask_k, other=0.0)
-    p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)
+    if RAW_QK:  # normalise the raw activations here (as the prepare kernel does) instead of re-reading fp32 q̂, k̂
+        b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        if USE_QK_L2NORM:
+            b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
+            b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
+        b_q = b_q * scale
+    else:
+        b_q = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
+        b_k = tl.load(ws + (HK + i_hk) * K + offs_k, mask=mask_k, other=0.0)
+    p_ws = ws + 2 * HK * K + hv_r * (3 * C + 2)  # [R] coefficient block of each row's value head
     a = tl.load(p_ws)
-    qk = tl.load(p_ws + 1)
+    qk = tl.load(ws + 2 * HK * K + i_hv0 * (3 * C + 2) + 1)  # q̂·k̂: one value per key head
 
     if STATE_V_FIRST:
-        p_h = base_ptr + i_bh * (K * V) + offs_v[:, None] * K + offs_k[None, :]  # [BV, BK]
-        mask_h = mask_v[:, None] & mask_k[None, :]
+        p_h = base_ptr + (bh_r * V + v_r)[:, None] * K + offs_k[None, :]  # [R, BK]
+        mask_h = mask_r[:, None] & mask_k[None, :]
         b_h = tl.load(p_h, mask=mask_h, other=0.0)
         s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
         s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
     else:
-        p_h = base_ptr + i_bh * (K * V) + offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
-        mask_h = mask_k[:, None] & mask_v[None, :]
+        p_h = base_ptr + bh_r[None, :] * (K * V) + offs_k[:, None] * V + v_r[None, :]  # [BK, R]
+        mask_h = mask_k[:, None] & mask_r[None, :]
         b_h = tl.load(p_h, mask=mask_h, other=0.0)
         s_k = a * tl.sum(b_h * b_k[:, None], axis=0)
         s_q = a * tl.sum(b_h * b_q[:, None], axis=0)
     if C > 0:
         offs_c = tl.arange(0, BC)
         live = (offs_c < L) & (offs_c < C)
-        wk = tl.load(p_ws + 2 + offs_c, mask=live, other=0.0)
-        wq = tl.load(p_ws + 2 + C + offs_c, mask=live, other=0.0)
-        p_u = u_log_ptr + i_bh * (C * V) + offs_c[:, None] * V + offs_v[None, :]
-        b_u = tl.load(p_u, mask=live[:, None] & mask_v[None, :], other=0.0)  # [BC, BV], live entries only
-        s_k += tl.sum(wk[:, None] * b_u, axis=0)
-        s_q += tl.sum(wq[:, None] * b_u, axis=0)
+        mask_cr = live[:, None] & mask_r[None, :]
+        wk = tl.load(p_ws[None, :] + 2 + offs_c[:, None], mask=mask_cr, other=0.0)  # [BC, R]
+        wq = tl.load(p_ws[None, :] + 2 + C + offs_c[:, None], mask=mask_cr, other=0.0)
+        p_u = u_log_ptr + (bh_r[None, :] * C + offs_c[:, None]) * V + v_r[None, :]
+        b_u = tl.load(p_u, mask=mask_cr, other=0.0)  # [BC, R], live entries only
+        s_k += tl.sum(wk * b_u, axis=0)
+        s_q += tl.sum(wq * b_u, axis=0)
 
-    b_v = tl.load(v_ptr + i_b * stride_vb + i_hv * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-    b_beta = tl.load(beta_ptr + i_b * stride_betab + i_hv * stride_betah).to(tl.float32)
+    b_v = tl.load(v_ptr + i_b * stride_vb + hv_r * stride_vh + v_r, mask=mask_r, other=0.0).to(tl.float32)
+    b_beta = tl.load(beta_ptr + i_b * stride_betab + hv_r * stride_betah).to(tl.float32)
     b_u_new = b_beta * (b_v - s_k)  # u = β (v − S'ᵀk̂)
-    tl.store(o_ptr + i_bh * V + offs_v, (s_q + qk * b_u_new).to(o_ptr.dtype.element_ty), mask=mask_v)
+    tl.store(o_ptr + bh_r * V + v_r, (s_q + qk * b_u_new).to(o_ptr.dtype.element_ty), mask=mask_r)
 
     if is_merge:
         if STATE_V_FIRST:
-            b_s = a * b_h + b_u_new[:, None] * b_k[None, :]
+            b_s = a[:, None] * b_h + b_u_new[:, None] * b_k[None, :]
         else:
-            b_s = a * b_h + b_k[:, None] * b_u_new[None, :]
+            b_s = a[None, :] * b_h + b_k[:, None] * b_u_new[None, :]
         if C > 0:
             # Merge rows have every slot live (L = C): C exact fp32 rank-1 updates (no tl.dot: never TF32).
             for i in range(C):  # a loop: unrolled, the hoisted loads double the registers at C = 7
                 w_i = tl.load(p_ws + 2 + 2 * C + i)
                 k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
-                u_i = w_i * tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
+                u_i = w_i * tl.load(u_log_ptr + (bh_r * C + i) * V + v_r, mask=mask_r, other=0.0)
                 if STATE_V_FIRST:
                     b_s += u_i[:, None] * k_i[None, :]
                 else:
@@ -232,8 +264,8 @@ def _deltalog_gdn_decode_kernel(
     else:
         if C > 0:
             if L >= 0:  # a length outside [0, C] writes nothing
-                tl.store(u_log_ptr + i_bh * (C * V) + L * V + offs_v, b_u_new, mask=mask_v)
-    if (i_hv == 0) & (i_v == 0):
+                tl.store(u_log_ptr + (bh_r * C + L) * V + v_r, b_u_new, mask=mask_r)
+    if (i_hv0 == 0) & (i_v == 0):
         tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
 
 
@@ -255,18 +287,51 @@ def deltalog_gdn_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: tor
     return torch.zeros(B, workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
 
 
-def default_launch_config(B: int, Hk: int, K: int, V: int) -> tuple[int, int]:
-    """Default ``(BV, num_warps)`` of the decode kernel: an ``[8, next_pow2(K)]`` tile and one warp.
+class LaunchConfig(NamedTuple):
+    """Launch options of :func:`fused_deltalog_gdn_decode` (all change speed only, never results beyond rounding).
 
-    The decode kernel's program has the shape of a dense decode program (FLA's ``fused_recurrent`` uses the same
-    tile), so the same choice applies: many small programs keep enough loads in flight and stay well under the
-    register limit. ``bench_gdn_decode.py --tune`` sweeps the alternatives.
+    Attributes:
+        block_v: value channels per value head in a decode program (a power of two).
+        num_warps: warps per decode program.
+        heads_per_program: value heads of one GQA group a decode program covers (a power of two dividing
+            ``G = HV // Hk``); they share the key-side loads (q̂, k̂, and the key log on merge steps).
+        raw_qk: the decode kernel loads the raw q, k activations and normalises them itself instead of re-reading
+            the fp32 q̂, k̂ the prepare kernel wrote (half the bytes in bf16).
+        prepare_warps: warps per prepare program (one per row and key head).
     """
-    return min(8, _next_pow2(V)), 1
+
+    block_v: int
+    num_warps: int
+    heads_per_program: int
+    raw_qk: bool
+    prepare_warps: int
+
+
+def default_launch_config(B: int, Hk: int, HV: int, K: int, V: int, C: int) -> LaunchConfig:
+    """Default launch options: a decode program of the shape of a dense decode program (an ``[8, next_pow2(K)]`` tile,
+    one warp, one value head; FLA's ``fused_recurrent`` uses the same tile), q̂/k̂ prepared once per key head, and
+    a prepare program of one warp up to ``[8, K]`` log tiles, more beyond (so ``C = 15`` does not spill).
+    ``bench_gdn_decode.py --tune`` sweeps the alternatives on a GPU.
+    """
+    prep = 1 if _next_pow2(K) * _next_pow2(max(C, 1)) <= 1024 else 4
+    return LaunchConfig(min(8, _next_pow2(V)), 1, 1, False, prep)
+
+
+def _resolve_launch(B: int, Hk: int, HV: int, K: int, V: int, C: int, block_v: int, num_warps: int,
+                    heads_per_program: int, raw_qk: int, prepare_warps: int) -> LaunchConfig:
+    """The defaults with the caller's overrides (0 or -1 = keep the default) applied."""
+    d = default_launch_config(B, Hk, HV, K, V, C)
+    return LaunchConfig(
+        min(block_v if block_v > 0 else d.block_v, _next_pow2(V)),
+        num_warps if num_warps > 0 else d.num_warps,
+        heads_per_program if heads_per_program > 0 else d.heads_per_program,
+        bool(raw_qk) if raw_qk >= 0 else d.raw_qk,
+        prepare_warps if prepare_warps > 0 else d.prepare_warps,
+    )
 
 
 def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
-              num_warps):
+              num_warps, heads_per_program, prepare_warps):
     named = dict(
         q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
         decay_log=decay_log, length=length, workspace=workspace,
@@ -334,21 +399,29 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim (other strides are free); got strides {t.stride()}")
     check_launch_options(block_v, num_warps)
+    check_launch_options(None, prepare_warps, "prepare_warps")
+    G = HV // Hk
+    if heads_per_program is not None and (
+        not isinstance(heads_per_program, int) or heads_per_program < 1 or G % heads_per_program
+        or heads_per_program & (heads_per_program - 1)
+    ):
+        raise ValueError(
+            f"heads_per_program must be a power of two dividing HV // Hk = {G} (or None for the default); "
+            f"got {heads_per_program!r}"
+        )
     return B, Hk, HV, K, V, C
 
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
-            state_v_first, block_v, num_warps, wrap):
+            state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap):
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
     o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
     if B == 0:
         return o
-    BV0, nw0 = default_launch_config(B, Hk, K, V)
-    BV = min(block_v if block_v > 0 else BV0, _next_pow2(V))
-    nw = num_warps if num_warps > 0 else nw0
-    BK, BC = _next_pow2(K), _next_pow2(max(C, 1))
+    cfg = _resolve_launch(B, Hk, HV, K, V, C, block_v, num_warps, heads_per_program, raw_qk, prepare_warps)
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), cfg.block_v
     NV = triton.cdiv(V, BV)
     WS = workspace_size(Hk, HV, K, C)
     # Without a log the log pointers are never dereferenced; pass the base so the kernels see valid pointers.
@@ -357,13 +430,13 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         q, k, g, log_decay, kl, dl, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
-        num_warps=1 if BK * BC <= 2048 else 4,
+        STORE_QK=not cfg.raw_qk, num_warps=cfg.prepare_warps,
     )
-    wrap(_deltalog_gdn_decode_kernel)[(B * HV * NV,)](
-        v, beta, o, base, kl, ul, length, workspace,
-        v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first,
-        num_warps=nw,
+    wrap(_deltalog_gdn_decode_kernel)[(B * (HV // cfg.heads_per_program) * NV,)](
+        q, k, v, beta, o, base, kl, ul, length, workspace, scale,
+        q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
+        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, HPP=cfg.heads_per_program,
+        STATE_V_FIRST=state_v_first, RAW_QK=cfg.raw_qk, USE_QK_L2NORM=use_qk_l2norm, num_warps=cfg.num_warps,
     )
     return o
 
@@ -389,9 +462,13 @@ def _op_body(
     state_v_first: bool,
     block_v: int,
     num_warps: int,
+    heads_per_program: int,
+    raw_qk: int,
+    prepare_warps: int,
 ) -> torch.Tensor:
     return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, wrap_triton)
+                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, heads_per_program, raw_qk,
+                   prepare_warps, wrap_triton)
 
 
 _fused_deltalog_gdn_decode_op = register_decode_op(
@@ -418,6 +495,9 @@ def fused_deltalog_gdn_decode(
     *,
     block_v: int | None = None,
     num_warps: int | None = None,
+    heads_per_program: int | None = None,
+    raw_qk: bool | None = None,
+    prepare_warps: int | None = None,
     use_custom_op: bool = True,
 ) -> torch.Tensor:
     """One DeltaLog GDN decode step for every row (two kernel launches, no host sync; buffers updated in place).
@@ -445,8 +525,8 @@ def fused_deltalog_gdn_decode(
         scale: query scale; default ``K ** -0.5``.
         use_qk_l2norm_in_kernel: l2-normalise q and k (``x · rsqrt(Σx² + 1e-6)``) as transformers does.
         state_v_first: layout of ``base`` (see above).
-        block_v: value-tile width override (power of two); default from :func:`default_launch_config`.
-        num_warps: warps per program override; default from :func:`default_launch_config`.
+        block_v, num_warps, heads_per_program, raw_qk, prepare_warps: launch-option overrides (see
+            :class:`LaunchConfig`); None keeps :func:`default_launch_config`'s choice.
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_gdn_decode`` (a ``triton_op`` that
             declares its mutations, so ``torch.compile`` traces it without a graph break). ``False`` launches the
             kernel directly.
@@ -459,15 +539,16 @@ def fused_deltalog_gdn_decode(
             ``workspace`` fp32) or a non-tensor argument.
         ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, tensors on different devices or
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
-            non-unit last-dim stride on q/k/v, or a bad ``block_v``/``num_warps``.
+            non-unit last-dim stride on q/k/v, or a bad launch option (``block_v``, ``num_warps``,
+            ``prepare_warps``, ``heads_per_program``).
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
-              num_warps)
+              num_warps, heads_per_program, prepare_warps)
     K = q.shape[-1]
     scale = float(K**-0.5 if scale is None else scale)
-    bv, nw = int(block_v or 0), int(num_warps or 0)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-            bool(use_qk_l2norm_in_kernel), bool(state_v_first), bv, nw)
+            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v or 0), int(num_warps or 0),
+            int(heads_per_program or 0), -1 if raw_qk is None else int(bool(raw_qk)), int(prepare_warps or 0))
     if use_custom_op:
         return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
     return _launch(*args, lambda kernel: kernel)
