@@ -24,7 +24,7 @@ def table(result: dict) -> tuple[str, list[dict]]:
     Ms = sorted({r["M"] for r in rows if r["variant"] == "deltalog" and r["M"] and r["M"] > 1})
     head = ["B", "FLA VK µs", "FLA KV µs", "ours M=1 µs"] + [f"M={m} µs" for m in Ms] + [
         "best M", "best ×FLA-VK", "policy", "policy µs", "policy ×FLA-VK", "M=8 append (mean) / merge µs",
-        "dense floor", f"DeltaLog floor M={POLICY_M}", "best %floor"]
+        "dense floor", f"DeltaLog floor M={POLICY_M}", "best %floor", "ReplaySSM best L µs", "best ×ReplaySSM"]
     out.append("| " + " | ".join(head) + " |")
     out.append("|" + "---|" * len(head))
     for B in result["batches"]:
@@ -44,10 +44,15 @@ def table(result: dict) -> tuple[str, list[dict]]:
                   f"{fla_vk['amortized_us'] / policy_us:.2f}",
                   f"{m8['append_mean_us']:.1f} / {m8['merge_us']:.1f}",
                   f"{fla_vk['floor_us']:.1f}", f"{m8['floor_us']:.1f}", f"{100 * best['floor_fraction']:.0f}%"]
+        rep = [r for r in rows if r["B"] == B and r["variant"] == "replayssm" and r.get("amortized_us")]
+        rep_best = min(rep, key=lambda r: r["amortized_us"]) if rep else None
+        cells += ([f"{rep_best['amortized_us']:.1f} (L={rep_best['M']})",
+                   f"{rep_best['amortized_us'] / best['amortized_us']:.2f}"] if rep_best else ["-", "-"])
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
         summary.append(dict(B=B, fla_vk=fla_vk["amortized_us"], fla_kv=fla_kv["amortized_us"],
                             best_M=best_m, best=best["amortized_us"], m8=m8["amortized_us"], policy=policy_us,
-                            ours_m1=ours[1]["amortized_us"]))
+                            ours_m1=ours[1]["amortized_us"],
+                            replayssm=rep_best["amortized_us"] if rep_best else None))
     return "\n".join(out), summary
 
 
@@ -75,6 +80,9 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
     ax.plot(Bs, [s["fla_vk"] / s["m8"] for s in summary], "o-", label="ours, DeltaLog M = 8")
     ax.plot(Bs, [s["fla_vk"] / s["best"] for s in summary], "^-", label="ours, best M")
     ax.plot(Bs, [s["fla_vk"] / s["policy"] for s in summary], "k*", ms=10, label="DeltaLogCache default policy")
+    rep = [(s["B"], s["fla_vk"] / s["replayssm"]) for s in summary if s.get("replayssm")]
+    if rep:
+        ax.plot([b for b, _ in rep], [x for _, x in rep], "d-.", color="tab:red", label="ReplaySSM (SGLang), best L")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch B")
     ax.set_ylabel("speedup over FLA V-first (amortized µs per token)")

@@ -137,6 +137,8 @@ LAUNCH_CASES = [
     ("hpp2-vfirst", True, torch.float32, dict(heads_per_program=2)),
     ("hpp4-kfirst", False, torch.float32, dict(heads_per_program=4, block_v=8)),
     ("rawqk-vfirst-bf16", True, torch.bfloat16, dict(raw_qk=True)),
+    ("prepared-qk-vfirst", True, torch.float32, dict(raw_qk=False)),
+    ("prepared-qk-kfirst-bf16", False, torch.bfloat16, dict(raw_qk=False, prepare_warps=2)),
     ("rawqk-hpp2-kfirst", False, torch.float32, dict(raw_qk=True, heads_per_program=2, num_warps=2)),
     ("rawqk-hpp2-vfirst-prep4", True, torch.float16, dict(raw_qk=True, heads_per_program=2, prepare_warps=4)),
     ("hpp2-vfirst-bv16-prep2", True, torch.float32, dict(heads_per_program=2, block_v=16, prepare_warps=2)),
@@ -273,8 +275,8 @@ def test_custom_op_plain_entry_and_compile():
 
 
 def test_default_launch_config():
-    # a dense-decode-shaped program ([8, K], one warp, one value head), q̂/k̂ prepared once, one prepare warp at M = 8
-    assert default_launch_config(256, 16, 32, 128, 128, 7) == (8, 1, 1, False, 1)
+    # a dense-decode-shaped program ([8, K], one warp, one value head) normalising raw q/k, one prepare warp at M = 8
+    assert default_launch_config(256, 16, 32, 128, 128, 7) == (8, 1, 1, True, 1)
     assert default_launch_config(256, 16, 32, 128, 128, 15).prepare_warps == 4  # a [16, 128] log tile: more warps
     for B in (1, 3, 64, 512):
         for K, V in ((16, 32), (64, 64), (128, 128), (256, 128), (20, 24)):

@@ -19,9 +19,10 @@ Kernel design: two launches per step, no host synchronisation
    group, advances their ``log_decay`` (``ℓ̄'`` on append rows, 0 on merge rows) and, on append rows, writes ``k̂`` and
    ``ℓ̄'`` into slot ``L``. Everything the second kernel needs goes to a small per-row fp32 workspace
    (``[B, 2·Hk·K + HV·(3C + 2) + 1]``, see :func:`deltalog_gdn_workspace`), including the phase ``L``.
-2. ``_deltalog_gdn_decode_kernel``, grid ``B · HV · NV`` flattened on axis 0 (one program per row, value head and
-   ``BV``-wide value tile, the tile fastest): reads its base tile once, replays the live ``U_i`` columns with the
-   prepared coefficients, writes ``o``, then appends ``u`` into slot ``L`` or, on merge rows, writes the merged tile
+2. ``_deltalog_gdn_decode_kernel``, grid ``B · (HV / HPP) · NV`` flattened on axis 0 (one program per row, group of
+   ``HPP`` value heads (default 1) and ``BV``-wide value tile, the tile fastest): normalises the raw ``q``/``k`` of
+   its key head (``raw_qk``, the default; otherwise it re-reads the fp32 ``q̂``/``k̂`` the prepare kernel stored),
+   reads its base tile once, replays the live ``U_i`` columns with the prepared coefficients, writes ``o``, then appends ``u`` into slot ``L`` or, on merge rows, writes the merged tile
    (``a·base + Σ_i w_i K_i U_iᵀ + k̂ uᵀ``, ``C`` exact fp32 rank-1 updates). The program of value head 0 and tile 0
    writes the row's new ``length`` (the decode kernel reads the phase from the workspace, never from ``length``).
    The program shape is that of a dense decode kernel (a ``[BV, BK]`` tile, one warp), so the replay adds only a few
@@ -309,12 +310,15 @@ class LaunchConfig(NamedTuple):
 
 def default_launch_config(B: int, Hk: int, HV: int, K: int, V: int, C: int) -> LaunchConfig:
     """Default launch options: a decode program of the shape of a dense decode program (an ``[8, next_pow2(K)]`` tile,
-    one warp, one value head; FLA's ``fused_recurrent`` uses the same tile), q̂/k̂ prepared once per key head, and
-    a prepare program of one warp up to ``[8, K]`` log tiles, more beyond (so ``C = 15`` does not spill).
-    ``bench_gdn_decode.py --tune`` sweeps the alternatives on a GPU.
+    one warp, one value head; FLA's ``fused_recurrent`` uses the same tile) that normalises the raw q, k itself, and
+    a prepare program of one warp up to ``[8, K]`` log tiles, four beyond.
+
+    Chosen from an H200 sweep (``bench_gdn_decode.py --tune``; eval/results/h200/bench_gdn_decode.json, HV = 32,
+    Hk = 16, K = V = 128, B in {64, 256}, M in {8, 16}): ``raw_qk`` is as fast at M = 8 and 2-5 % faster at M = 16;
+    two value heads per program, wider tiles or more warps were 10-60 % slower; more prepare warps changed nothing.
     """
     prep = 1 if _next_pow2(K) * _next_pow2(max(C, 1)) <= 1024 else 4
-    return LaunchConfig(min(8, _next_pow2(V)), 1, 1, False, prep)
+    return LaunchConfig(min(8, _next_pow2(V)), 1, 1, True, prep)
 
 
 def _resolve_launch(B: int, Hk: int, HV: int, K: int, V: int, C: int, block_v: int, num_warps: int,
