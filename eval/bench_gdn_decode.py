@@ -833,6 +833,8 @@ def tune_grid(shape_kw):
                     if (bv, nw, hpp, raw, prep) == (8, 1, 1, False, None):
                         continue  # that is the default set (first entry) on the GPU shapes
                     grid.append(dict(block_v=bv, num_warps=nw, heads_per_program=hpp, raw_qk=raw, prepare_warps=prep))
+    # experimental: programmatic dependent launch of the decode kernel (GPU only; its base loads overlap the prepare)
+    grid += [dict(_pdl=True), dict(_pdl=True, prepare_warps=4)]
     return grid
 
 
@@ -841,8 +843,9 @@ def run_tune(ctx, args, shape_kw, l2, out_dir, result):
     out = []
     Bs = [b for b in args.tune_batches] if not ctx["device"].type == "cpu" else [2]
     Ms = args.tune_ms if not ctx["device"].type == "cpu" else [4]
-    grid = tune_grid(shape_kw)
+    grid = [json.loads(g) for g in args.tune_only] if args.tune_only else tune_grid(shape_kw)
     if ctx["device"].type == "cpu":
+        grid = [g for g in grid if not g.get("_pdl")]
         grid = grid[:2] + grid[-1:]  # exercise the code path only
     for B in Bs:
         s = Shape(B=B, **shape_kw)
@@ -914,6 +917,8 @@ def parse_args(argv=None):
                         "time relative to the defaults over the tuned B and M)")
     p.add_argument("--tune-batches", type=int, nargs="*", default=[64, 256])
     p.add_argument("--tune-ms", type=int, nargs="*", default=[8, 16])
+    p.add_argument("--tune-only", nargs="*", default=None, metavar="JSON",
+                   help="sweep only these option sets (JSON objects, e.g. '{}' '{\"_pdl\": true}') instead of the grid")
     p.add_argument("--no-numerics", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
     args = p.parse_args(argv)

@@ -91,9 +91,12 @@ def _deltalog_gdn_prepare_kernel(
     WS: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
     STORE_QK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Per (row, key head): normalise q and k, form the replay coefficients of the key head's log, advance the
     cumulative log-decay of its G value heads and append k̂ and ℓ̄' (append rows). Writes the row's workspace."""
+    if USE_PDL:  # let the decode kernel start its base loads now (it waits for this grid before reading the workspace)
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0).to(tl.int64)
     i_hk = pid % HK
     i_b = pid // HK
@@ -180,6 +183,7 @@ def _deltalog_gdn_decode_kernel(
     STATE_V_FIRST: tl.constexpr,
     RAW_QK: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """Per (row, group of HPP value heads of one key head, value tile): read the HPP base tiles, replay the live log
     with the prepared coefficients, write o, then append u (append rows) or write the merged tiles (merge rows).
@@ -202,8 +206,7 @@ def _deltalog_gdn_decode_kernel(
     bh_r = i_b * HV + hv_r
     mask_r = v_r < V
 
-    L = tl.load(ws + WS - 1).to(tl.int32)
-    is_merge = L >= C
+    # Loads that do not depend on the prepare kernel first (with USE_PDL they overlap it): q, k, the base tile.
     if RAW_QK:  # normalise the raw activations here (as the prepare kernel does) instead of re-reading fp32 q̂, k̂
         b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
@@ -211,23 +214,27 @@ def _deltalog_gdn_decode_kernel(
             b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
             b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
         b_q = b_q * scale
-    else:
-        b_q = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
-        b_k = tl.load(ws + (HK + i_hk) * K + offs_k, mask=mask_k, other=0.0)
-    p_ws = ws + 2 * HK * K + hv_r * (3 * C + 2)  # [R] coefficient block of each row's value head
-    a = tl.load(p_ws)
-    qk = tl.load(ws + 2 * HK * K + i_hv0 * (3 * C + 2) + 1)  # q̂·k̂: one value per key head
-
     if STATE_V_FIRST:
         p_h = base_ptr + (bh_r * V + v_r)[:, None] * K + offs_k[None, :]  # [R, BK]
         mask_h = mask_r[:, None] & mask_k[None, :]
-        b_h = tl.load(p_h, mask=mask_h, other=0.0)
-        s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
-        s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
     else:
         p_h = base_ptr + bh_r[None, :] * (K * V) + offs_k[:, None] * V + v_r[None, :]  # [BK, R]
         mask_h = mask_k[:, None] & mask_r[None, :]
-        b_h = tl.load(p_h, mask=mask_h, other=0.0)
+    b_h = tl.load(p_h, mask=mask_h, other=0.0)
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # the prepare kernel's workspace (phase, coefficients) is complete from here on
+    if not RAW_QK:
+        b_q = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
+        b_k = tl.load(ws + (HK + i_hk) * K + offs_k, mask=mask_k, other=0.0)
+    L = tl.load(ws + WS - 1).to(tl.int32)
+    is_merge = L >= C
+    p_ws = ws + 2 * HK * K + hv_r * (3 * C + 2)  # [R] coefficient block of each row's value head
+    a = tl.load(p_ws)
+    qk = tl.load(ws + 2 * HK * K + i_hv0 * (3 * C + 2) + 1)  # q̂·k̂: one value per key head
+    if STATE_V_FIRST:
+        s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
+        s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
+    else:
         s_k = a * tl.sum(b_h * b_k[:, None], axis=0)
         s_q = a * tl.sum(b_h * b_q[:, None], axis=0)
     if C > 0:
@@ -417,7 +424,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
 
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
-            state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap):
+            state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap, pdl=False):
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
@@ -434,13 +441,14 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         q, k, g, log_decay, kl, dl, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
-        STORE_QK=not cfg.raw_qk, num_warps=cfg.prepare_warps,
+        STORE_QK=not cfg.raw_qk, USE_PDL=pdl, num_warps=cfg.prepare_warps,
     )
     wrap(_deltalog_gdn_decode_kernel)[(B * (HV // cfg.heads_per_program) * NV,)](
         q, k, v, beta, o, base, kl, ul, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, HPP=cfg.heads_per_program,
-        STATE_V_FIRST=state_v_first, RAW_QK=cfg.raw_qk, USE_QK_L2NORM=use_qk_l2norm, num_warps=cfg.num_warps,
+        STATE_V_FIRST=state_v_first, RAW_QK=cfg.raw_qk, USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl,
+        num_warps=cfg.num_warps, **({"launch_pdl": True} if pdl else {}),
     )
     return o
 
@@ -503,6 +511,7 @@ def fused_deltalog_gdn_decode(
     raw_qk: bool | None = None,
     prepare_warps: int | None = None,
     use_custom_op: bool = True,
+    _pdl: bool = False,
 ) -> torch.Tensor:
     """One DeltaLog GDN decode step for every row (two kernel launches, no host sync; buffers updated in place).
 
@@ -531,6 +540,8 @@ def fused_deltalog_gdn_decode(
         state_v_first: layout of ``base`` (see above).
         block_v, num_warps, heads_per_program, raw_qk, prepare_warps: launch-option overrides (see
             :class:`LaunchConfig`); None keeps :func:`default_launch_config`'s choice.
+        _pdl: experimental: launch the decode kernel with programmatic dependent launch (Hopper and newer) so its
+            base loads overlap the prepare kernel; only with ``use_custom_op=False`` on CUDA (benchmarks).
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_gdn_decode`` (a ``triton_op`` that
             declares its mutations, so ``torch.compile`` traces it without a graph break). ``False`` launches the
             kernel directly.
@@ -553,6 +564,8 @@ def fused_deltalog_gdn_decode(
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
             bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v or 0), int(num_warps or 0),
             int(heads_per_program or 0), -1 if raw_qk is None else int(bool(raw_qk)), int(prepare_warps or 0))
+    if _pdl and (use_custom_op or q.device.type != "cuda"):
+        raise ValueError("_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device")
     if use_custom_op:
         return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
-    return _launch(*args, lambda kernel: kernel)
+    return _launch(*args, lambda kernel: kernel, pdl=_pdl)
