@@ -74,6 +74,8 @@ def parse(argv=None):
                    help=f"built-in architectures ({', '.join(MODELS)}) or NAME=PATH of a trained checkpoint folder")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16, 64, 128, 256])
     p.add_argument("--modes", nargs="+", choices=["graph", "eager"], default=["graph", "eager"])
+    p.add_argument("--eager-batch-sizes", nargs="+", type=int, default=None,
+                   help="run eager mode only at these batch sizes (default: all); eager steps are slow")
     p.add_argument("--prompt-len", type=int, default=1024)
     p.add_argument("--new-tokens", type=int, default=128, help="timed decode steps per repeat")
     p.add_argument("--eager-new-tokens", type=int, default=None,
@@ -91,10 +93,10 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny fp32 model on the CPU, B in {1, 2}, 8-token prompts: checks the script end to end")
+    if "--cpu-smoke" in (sys.argv[1:] if argv is None else argv):  # smoke defaults; explicit options still win
+        p.set_defaults(models=["smoke"], batch_sizes=[1, 2], prompt_len=8, new_tokens=6, eager_new_tokens=6,
+                       repeats=2, profile_steps=3)
     a = p.parse_args(argv)
-    if a.cpu_smoke:
-        a.models, a.batch_sizes, a.prompt_len = ["smoke"], [1, 2], 8
-        a.new_tokens, a.eager_new_tokens, a.repeats, a.profile_steps = 6, 6, 2, 3
     if a.eager_new_tokens is None:
         a.eager_new_tokens = a.new_tokens
     for name in ("prompt_len", "new_tokens", "eager_new_tokens", "repeats", "eager_repeats"):
@@ -235,7 +237,7 @@ def cache_state_bytes(cache):
     return total
 
 
-def run_eager(model, cache_kind, ids, mask, new_tokens, repeats, merge_interval, cuda):
+def run_eager(model, cache_kind, ids, mask, new_tokens, repeats, merge_interval, prefill_chunk, cuda):
     import torch
 
     from hf_deltalog import DeltaLogCache
@@ -246,6 +248,8 @@ def run_eager(model, cache_kind, ids, mask, new_tokens, repeats, merge_interval,
         cache = DeltaLogCache(model, merge_interval=merge_interval) if cache_kind == "deltalog" else None
         kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
                   stopping_criteria=[timer.criterion], return_dict_in_generate=True)
+        if prefill_chunk < ids.shape[1]:
+            kw["prefill_chunk_size"] = prefill_chunk  # transformers' chunked prefill (activation memory)
         if cache is not None:
             kw["cache"] = cache
         with torch.no_grad():
@@ -348,17 +352,33 @@ def profile_steps_share(dec, model, steps, cuda):
                 dec._step_body()
         if cuda:
             torch.cuda.synchronize()
-    attr = "device_time_total" if cuda else "cpu_time_total"
-    totals = {e.key: getattr(e, attr) for e in prof.key_averages() if e.key in (LABEL_STEP, LABEL_STATE)}
-    step_us, state_us = totals.get(LABEL_STEP, 0.0), totals.get(LABEL_STATE, 0.0)
-    kernels = []
+    # The host-side ranges of the labels; each one's device time is that of the kernels launched inside it.
+    totals = {LABEL_STEP: 0.0, LABEL_STATE: 0.0}
+    for e in prof.events():
+        if e.name in totals and e.device_type == torch.autograd.DeviceType.CPU:
+            totals[e.name] += _device_us(e) if cuda else e.cpu_time_total
+    step_us, state_us = totals[LABEL_STEP], totals[LABEL_STATE]
+    out = dict(steps=steps, clock="gpu" if cuda else "cpu", step_ms=step_us / 1e3 / steps,
+               state_update_ms=state_us / 1e3 / steps, share=(state_us / step_us) if step_us else None)
     if cuda:
-        rows = sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)
-        kernels = [dict(name=e.key[:120], ms_per_step=e.self_device_time_total / 1e3 / steps) for e in rows[:12]
-                   if e.self_device_time_total > 0]
-    return dict(steps=steps, clock="gpu" if cuda else "cpu", step_ms=step_us / 1e3 / steps,
-                state_update_ms=state_us / 1e3 / steps, share=(state_us / step_us) if step_us else None,
-                top_kernels=kernels)
+        # Cross-check by kernel names: the recurrence kernels (ours and FLA's) and all device copies.
+        rows = [e for e in prof.key_averages() if _self_device_us(e) > 0]
+        total = sum(map(_self_device_us, rows))
+        recurrent = sum(_self_device_us(e) for e in rows if any(s in e.key for s in ("deltalog", "fused_recurrent")))
+        copies = sum(_self_device_us(e) for e in rows if "Memcpy DtoD" in e.key or "copy" in e.key.lower())
+        out.update(kernel_ms=total / 1e3 / steps, recurrence_kernels_share=recurrent / total if total else None,
+                   copy_kernels_share=copies / total if total else None,
+                   top_kernels=[dict(name=e.key[:120], ms_per_step=_self_device_us(e) / 1e3 / steps)
+                                for e in sorted(rows, key=lambda e: -_self_device_us(e))[:12]])
+    return out
+
+
+def _device_us(e):
+    return getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+
+
+def _self_device_us(e):
+    return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
 
 
 def agreement(a, b):
@@ -458,13 +478,18 @@ def main(argv=None):
         measured: dict = {}
         for batch in a.batch_sizes:
             total_new = 1 + a.warmup_steps + 1 + a.repeats * a.new_tokens + a.profile_steps
-            headroom = 12 * GIB + batch * model.config.get_text_config().vocab_size * 4 * 3
+            text = model.config.get_text_config()
+            # Prefill activations (MoE rows of a chunk: top-k copies of the hidden states, a few tensors each), the
+            # logits of a step, the graph's pool: a rough allowance.
+            headroom = 4 * GIB + a.prefill_chunk_tokens * text.hidden_size * 96 + batch * text.vocab_size * 12
             prompt_len, need = plan_prompt(geometry, batch, a.prompt_len, max(total_new, a.eager_new_tokens),
                                            capacity, headroom)
             ids, mask = make_prompt(model.config.get_text_config().vocab_size, batch, prompt_len, device, a.seed)
             chunk = max(1, a.prefill_chunk_tokens // batch)
             pair = {}
             for mode in a.modes:
+                if mode == "eager" and a.eager_batch_sizes is not None and batch not in a.eager_batch_sizes:
+                    continue
                 for cache_kind in (("static", "deltalog") if mode == "graph" else ("default", "deltalog")):
                     if mode == "graph":
                         steps = a.warmup_steps + 1 + a.repeats * a.new_tokens + a.profile_steps
@@ -492,13 +517,19 @@ def main(argv=None):
                                                                   a.profile_steps, cuda)
                         else:
                             blocks, seqs, extra = run_eager(model, cache_kind, ids, mask, a.eager_new_tokens,
-                                                            a.eager_repeats, a.merge_interval, cuda)
+                                                            a.eager_repeats, a.merge_interval, chunk, cuda)
                             prof = None
-                    except torch.OutOfMemoryError as err:
-                        print(f"  OOM: {str(err)[:200]}", flush=True)
-                        results.add(skipped=dict(key, reason=f"out of memory: {str(err)[:300]}"))
+                    except Exception as err:  # noqa: BLE001 - record the failure, keep measuring the other runs
+                        import traceback
+
+                        kind = "out of memory" if isinstance(err, torch.OutOfMemoryError) else "error"
+                        print(f"  {kind}: {type(err).__name__}: {str(err)[:300]}", flush=True)
+                        results.add(skipped=dict(key, reason=f"{kind}: {type(err).__name__}: {str(err)[:500]}",
+                                                 traceback=traceback.format_exc()[-3000:]))
                         gc.collect()
-                        torch.cuda.empty_cache()
+                        if cuda:
+                            torch.cuda.synchronize()
+                            torch.cuda.empty_cache()
                         continue
                     wall = time.perf_counter() - t_run
                     stats = summarize(blocks)
