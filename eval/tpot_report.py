@@ -16,8 +16,13 @@ CACHE_LABEL = {"default": "default cache (DynamicCache)", "static": "transformer
                "deltalog": "DeltaLogCache"}
 
 
-def load(path) -> dict:
-    return json.loads(Path(path).read_text())
+def load(*paths) -> dict:
+    """Results of one or more ``tpot.json`` files (runs and skipped runs concatenated; the first file's meta, with
+    every file's command)."""
+    datas = [json.loads(Path(p).read_text()) for p in paths]
+    meta = dict(datas[0]["meta"], commands=[d["meta"].get("command") for d in datas])
+    return dict(meta=meta, runs=[r for d in datas for r in d["runs"]],
+                skipped=[s for d in datas for s in d.get("skipped", [])])
 
 
 def _runs(data, **match):
@@ -144,20 +149,20 @@ def plot_state_share(data, path=None):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", type=Path, help="tpot.json written by eval/tpot.py")
+    p.add_argument("results", type=Path, nargs="+", help="tpot.json file(s) written by eval/tpot.py")
     a = p.parse_args(argv)
     import matplotlib
 
     matplotlib.use("Agg")
-    data = load(a.results)
-    out = a.results.parent
+    data = load(*a.results)
+    out = a.results[0].parent
     plot_tpot(data, out / "tpot.png")
     plot_speedup(data, out / "tpot_speedup.png")
     plot_state_share(data, out / "state_update_share.png")
     meta = data["meta"]
     print(f"{meta.get('gpu', 'CPU')}; torch {meta['torch']}, transformers {meta['transformers']}, triton "
           f"{meta.get('triton')}, fla {meta.get('fla')}; {meta.get('started')}")
-    print(f"command: {meta.get('command')}\n")
+    print("commands:\n  " + "\n  ".join(str(c) for c in meta["commands"]) + "\n")
     print(table(data))
     for s in data.get("skipped", []):
         print(f"skipped: {s}")

@@ -16,7 +16,7 @@ def test_speed_notebook_executes():
                             resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "runs," in text
-    if not (ROOT / "eval" / "results" / "h200" / "tpot" / "tpot.json").exists():
+    if not list((ROOT / "eval" / "results" / "h200").glob("tpot*/tpot.json")):
         assert "No GPU TPOT results are committed yet" in text
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) == 3
