@@ -31,10 +31,11 @@ def make_cache(kind, model, max_cache_len, **kw):
     return transformers.StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 
-@pytest.mark.parametrize("kind", ["deltalog", "static"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family, kind", [(f, "deltalog") for f in FAMILIES] +
+                         [("qwen3_5_moe", "static"), ("kimi_linear", "static")])
 def test_loop_gives_the_tokens_of_generate(family, kind):
-    """The decode loop (capture off) on a static cache == model.generate with the default dynamic cache."""
+    """The decode loop (capture off) on a static cache == model.generate with the default dynamic cache: every
+    family with DeltaLogCache, one GDN and one KDA family with transformers' StaticCache (the loop is the same)."""
     model = tiny_model(family)
     ids, mask = padded_prompt()
     with torch.no_grad():
