@@ -14,6 +14,11 @@ The logical state is ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U
 it is full; prefill, chunked prefill and multi-token continuation run transformers' own recurrence on the
 materialised state and restart the log from the dense state it returns. Attention layers keep transformers'
 ``DynamicLayer`` s.
+
+Static mode (``DeltaLogCache(model, static=True, max_cache_len=N)``) is the graph-safe form: attention layers are
+transformers' ``StaticLayer`` s, every buffer keeps its address from prefill to prefill (of one batch size), decode
+steps change no host state (the decoded-token count is a device tensor too) and the append/merge phase is read on the
+device, so one captured CUDA graph (:mod:`hf_deltalog.graph`) serves every step.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
-from transformers.cache_utils import CacheLayerMixin, DynamicCache, LinearAttentionLayer
+from transformers.cache_utils import CacheLayerMixin, DynamicCache, LinearAttentionLayer, StaticCache
 
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -141,14 +146,18 @@ class DeltaLogLayer(LinearAttentionLayer):
         number_of_states: conv states of the layer (transformers' ``number_of_conv_states``).
     """
 
-    # The decode step dispatches in Python on a handle object, and buffers are reallocated when a new batch is
-    # prefilled: not safe for torch.compile / CUDA graphs in this dynamic mode.
+    # Dynamic mode: the small-batch dense path rebinds the base to the tensor FLA returns and decode steps advance
+    # host counters, so it is not safe for torch.compile / CUDA graphs. Static mode (an instance attribute) is.
     is_compileable = False
 
     def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
                  layer_idx: int, number_of_states: int = 1, status: _Status | None = None,
-                 auto_merge_interval: bool = False):
+                 auto_merge_interval: bool = False, static: bool = False, crop_ring: bool = False):
         super().__init__(number_of_states=number_of_states)
+        self.static = static
+        self.is_compileable = static
+        self.crop_ring = crop_ring
+        self.decoded: torch.Tensor | None = None  # static mode: tokens decoded since the last prefill (device, int64)
         self.status = status if status is not None else _Status()
         self.spec = spec
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
@@ -164,7 +173,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._names: tuple[str, ...] = ()
         self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = None
         self.workspace = self.conv_ring = self.conv_pos = None
-        self._seen = 0  # tokens consumed (host counter; the mask sizes of pure linear-attention configs)
+        self._seen = 0  # tokens consumed (host counter; static mode: those of prefills, decode steps are in `decoded`)
         self._pending = 0  # tokens of the current forward seen by update_conv_state
 
     # ------------------------------------------------------------------ buffers
@@ -220,11 +229,16 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.u_log = torch.zeros(batch, HV, C, V, **f32)
         self.decay_log = torch.zeros(batch, HV, C, *per_key, **f32)
         self.length = torch.zeros(batch, dtype=torch.int32, device=device)
-        # The last C + W pre-conv columns, so that `crop` can rebuild the conv window of any point inside the log.
-        self.conv_ring = torch.zeros(batch, C + self.conv_kernel_size[0], conv.shape[1], dtype=conv.dtype,
-                                     device=device)
-        self.conv_pos = torch.zeros(batch, dtype=torch.int64, device=device)
-        self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "conv_ring", "conv_pos")
+        self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length")
+        if self.crop_ring:
+            # The last C + W pre-conv columns, so that `crop` can rebuild the conv window of any point inside the log.
+            self.conv_ring = torch.zeros(batch, C + self.conv_kernel_size[0], conv.shape[1], dtype=conv.dtype,
+                                         device=device)
+            self.conv_pos = torch.zeros(batch, dtype=torch.int64, device=device)
+            self._names += ("conv_ring", "conv_pos")
+        if self.static:
+            self.decoded = torch.zeros((), dtype=torch.int64, device=device)
+            self._names += ("decoded",)
         if self.backend == "triton":
             self.workspace = _triton_kernels(self.spec.operator)[1](batch, Hk, HV, K, C, device)  # kernel scratch
             self._names += ("workspace",)
@@ -272,7 +286,11 @@ class DeltaLogLayer(LinearAttentionLayer):
         if isinstance(recurrent_states, DeltaLogState):
             if recurrent_states is not self.handle:
                 raise self.status.reject(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
-            self._seen += self._pending or 1
+            if self.static:
+                # No host state changes on the decode path: a captured graph replays only device work.
+                self.decoded.add_(1)
+            else:
+                self._seen += self._pending or 1
             self._pending = 0
             return self.handle
         if not isinstance(recurrent_states, torch.Tensor):
@@ -286,14 +304,22 @@ class DeltaLogLayer(LinearAttentionLayer):
             )
         batch = recurrent_states.shape[0]
         if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device:
-            self._allocate(batch, recurrent_states.device)
+            self._allocate(batch, recurrent_states.device)  # on the device of the layer that produced the state
         self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
         self.log_decay.zero_()
         self.length.zero_()
-        self._seed_conv_ring()
+        if self.crop_ring:
+            self._seed_conv_ring()
+        if self.static:
+            self._seen = self.seen_tokens()  # fold the decoded steps into the host count (outside the decode path)
+            self.decoded.zero_()
         self._seen += self._pending
         self._pending = 0
         return self.handle
+
+    def seen_tokens(self) -> int:
+        """Tokens this layer consumed (reads the device counter in static mode: not for the decode path)."""
+        return self._seen + (int(self.decoded) if self.static and self.decoded is not None else 0)
 
     def _seed_conv_ring(self) -> None:
         """Put the current conv window (its last W columns) at ring positions 0..W−1."""
@@ -338,16 +364,21 @@ class DeltaLogLayer(LinearAttentionLayer):
             # state it returns comes back through update_recurrent_state and restarts the log.
             return upstream(query, key, value, g=g, beta=beta, initial_state=self.materialize(),
                             output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm, **kwargs)
-        self._record_conv_column()
+        if self.crop_ring:
+            self._record_conv_column()
         buffers = (self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
         if self.dense_kernel is not None:
             # M = 1 on the GPU: FLA's dense kernel on the V-first base; it returns a new state tensor, which becomes
             # the base (no copy; this dynamic cache does not promise stable addresses). The base is untouched until
             # then, so if FLA fails our own kernel (M = 1, same layout) takes over, with a warning.
             try:
-                o, self.base = self.dense_kernel(query, key, value, g=g, beta=beta, initial_state=self.base,
-                                                 output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
-                                                 state_v_first=self.state_v_first)
+                o, state = self.dense_kernel(query, key, value, g=g, beta=beta, initial_state=self.base,
+                                             output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
+                                             state_v_first=self.state_v_first)
+                if self.static:
+                    self.base.copy_(state)  # keep the base's address (what transformers' static layers do too)
+                else:
+                    self.base = state
                 return o, self.handle
             except Exception as err:  # noqa: BLE001 - any failure of the optional dense kernel
                 warnings.warn(f"layer {self.layer_idx}: FLA's dense decode kernel failed ({err!r:.200}); decoding with "
@@ -439,8 +470,16 @@ class DeltaLogLayer(LinearAttentionLayer):
         """Raise ValueError unless the last ``tokens`` tokens of every row are still in the log."""
         if tokens == 0 or self.base is None:
             return
-        if tokens > self._seen:
-            raise ValueError(f"cannot crop {tokens} tokens: layer {self.layer_idx} holds {self._seen}")
+        seen = self.seen_tokens()
+        if tokens > seen:
+            raise ValueError(f"cannot crop {tokens} tokens: layer {self.layer_idx} holds {seen}")
+        if not self.crop_ring and not self.record_past:
+            raise ValueError(
+                f"cannot crop {tokens} tokens: rebuilding layer {self.layer_idx}'s conv window needs the pre-conv "
+                "columns of the cropped steps, which this cache does not keep. Build it with "
+                "DeltaLogCache(..., crop_ring=True) (about 8 % more memory than the log), or call "
+                "cache.activate_past_recording() before decoding the tokens you may crop"
+            )
         live = int(self.length.min())
         if tokens > live:
             raise ValueError(
@@ -467,6 +506,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.base is None:
             return
         W = self.conv_kernel_size[0]
+        if n > 0 and self.static:
+            self._seen = self.seen_tokens()
+            self.decoded.zero_()
         if n > 0:
             self.length.sub_(n)
             last = (self.length.to(torch.int64) - 1).clamp(min=0)
@@ -475,8 +517,16 @@ class DeltaLogLayer(LinearAttentionLayer):
             snapshot = self.decay_log.gather(2, index).squeeze(2)  # Λ of the newest kept entry: [B, HV(, K)]
             keep = (self.length > 0).view(-1, *([1] * (snapshot.dim() - 1)))
             self.log_decay.copy_(torch.where(keep, snapshot, torch.zeros_like(snapshot)))
-            self.conv_pos.sub_(n)
             self._seen -= n
+            if self.crop_ring:
+                self.conv_pos.sub_(n)
+        if not self.crop_ring:
+            # Past recording is on (check_crop made sure): every conv state holds its full history.
+            for i in range(self.number_of_states):
+                if self.is_conv_states_initialized[i]:
+                    w_i, hist = self.conv_kernel_size[i], self.conv_states[i]
+                    self.conv_states[i] = hist[..., hist.shape[-1] - n - w_i: hist.shape[-1] - n]  # as upstream's crop
+            return
         # Rebuild the conv window (its last W columns) from the ring.
         R = self.conv_ring.shape[1]
         pos = (self.conv_pos[:, None] - (W - 1) + torch.arange(W, device=self.conv_pos.device)[None, :]) % R  # [B, W]
@@ -536,13 +586,25 @@ class DeltaLogCache(DynamicCache):
             slower than a dense kernel; dense decoding on the GPU runs FLA's ``fused_recurrent_*`` when FLA is
             installed.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
+        static: the graph-safe mode. Attention layers become transformers' ``StaticLayer`` s of ``max_cache_len``
+            slots; every buffer keeps its address across decode steps and across prefills of the same batch size
+            (a batch of another size reallocates, so a captured graph must be captured again); a decode step changes
+            no host state and reads no device value on the host; ``is_compileable`` is True. Decode it with
+            :func:`hf_deltalog.graph.graph_generate` (a captured CUDA graph). Needs a config with attention layers
+            (every supported family has them).
+        max_cache_len: attention slots per row in static mode (prompt + new tokens); required there, unused otherwise.
+        crop_ring: keep the pre-conv columns of the steps in the log, so that ``crop`` can rebuild the conv window
+            without transformers' past recording (about 8 % more memory than the log; default off). Without it,
+            ``crop(-n)`` with ``n > 0`` raises ValueError unless ``activate_past_recording()`` was called.
 
     Raises:
         TypeError: not a model/config, or a non-integer ``merge_interval``.
-        ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend.
+        ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend,
+            static mode without a positive ``max_cache_len`` or on a config without attention layers.
     """
 
-    def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto"):
+    def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
+                 static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False):
         config = _config_of(model_or_config).get_text_config(decoder=True)
         model_type = getattr(config, "model_type", None)
         try:
@@ -566,14 +628,31 @@ class DeltaLogCache(DynamicCache):
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type
+        self.static = bool(static)
+        if self.static:
+            if isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int) or max_cache_len < 1:
+                raise ValueError(f"static=True needs max_cache_len, a positive int (prompt + new tokens); got "
+                                 f"{max_cache_len!r}")
+            if all(kind == "linear_attention" for kind in layer_types):
+                raise ValueError("static=True needs a config with attention layers (their static KV cache sets the "
+                                 "positions); this config has only linear-attention layers")
+        self.max_cache_len = max_cache_len if self.static else None
         super().__init__(config=config)
+        if self.static:
+            # transformers' own static layers for everything that is not linear attention (StaticLayer for full
+            # attention, ...): preallocated, updated in place, device-side lengths.
+            static_layers = StaticCache(config=config, max_cache_len=max_cache_len).layers
+            for i, kind in enumerate(layer_types):
+                if kind != "linear_attention":
+                    self.layers[i] = static_layers[i]
         dims = spec.dims(config)
         self._status = _Status()
         for i, (layer, kind) in enumerate(zip(self.layers, layer_types)):
             if kind == "linear_attention" and isinstance(layer, LinearAttentionLayer):
                 self.layers[i] = DeltaLogLayer(spec, dims, self.merge_interval, backend, layer_idx=i,
                                                number_of_states=layer.number_of_states, status=self._status,
-                                               auto_merge_interval=merge_interval is None)
+                                               auto_merge_interval=merge_interval is None, static=self.static,
+                                               crop_ring=crop_ring)
         self._fingerprint = (spec.model_type, tuple(layer_types), dims)
         self._ledger: torch.Tensor | None = None
         # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that
@@ -685,12 +764,27 @@ class DeltaLogCache(DynamicCache):
                     add(t)
         return total
 
+    def memory_breakdown(self) -> dict[str, int]:
+        """Bytes of the linear-attention layers' buffers by role, summed over layers (0 before the first prefill):
+
+        ``state`` (the dense fp32 bases: what the default cache keeps as recurrent states), ``log`` (log factors,
+        decay snapshots, cumulative decays, lengths, decoded-token counters), ``workspace`` (Triton kernel scratch),
+        ``crop_ring`` (pre-conv columns kept for ``crop``; 0 unless ``crop_ring=True``). The log overhead of the
+        issue's budget is ``(log + workspace) / state``.
+        """
+        roles = dict(base="state", workspace="workspace", conv_ring="crop_ring", conv_pos="crop_ring")
+        out = dict(state=0, log=0, workspace=0, crop_ring=0)
+        for layer in self.deltalog_layers:
+            for name, t in layer._tensors().items():
+                out[roles.get(name, "log")] += t.numel() * t.element_size()
+        return out
+
     # ------------------------------------------------------------------ lengths
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Tokens held. Hybrid configs ask their attention layers; pure linear-attention configs count tokens."""
         if self._has_attention() or layer_idx >= len(self.layers):
             return super().get_seq_length(layer_idx)
-        return self.deltalog_layers[0]._seen
+        return self.deltalog_layers[0].seen_tokens()
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
         if self._has_attention() or layer_idx >= len(self.layers):
@@ -755,7 +849,7 @@ class DeltaLogCache(DynamicCache):
         ``generate``) or only the new tokens with an attention mask over cached and new ones. Otherwise: ValueError.
         """
         self._status.check()
-        held = self.get_seq_length()
+        held = int(self.get_seq_length())  # a device tensor for static attention layers (read before generate runs)
         if held == 0 or input_ids is None:
             return
         rows = self.batch_size
@@ -789,7 +883,7 @@ class DeltaLogCache(DynamicCache):
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         consumed = None if sequences is None else sequences[:, :-1]
-        if consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length()):
+        if consumed is not None and consumed.shape == (self.batch_size, int(self.get_seq_length())):
             self._ledger = consumed
         else:
             self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later

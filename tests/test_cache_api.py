@@ -280,11 +280,15 @@ def test_decode_keeps_buffer_addresses():
 
 
 # ---------------------------------------------------------------------------------------------- crop
+@pytest.mark.parametrize("conv_history", ["crop_ring", "past_recording"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_crop_inside_the_log_is_exact(family):
+def test_crop_inside_the_log_is_exact(family, conv_history):
+    """The conv window is rebuilt from the opt-in ring, or from transformers' past recording without the ring."""
     model = tiny_model(family)
     ids = prompt_ids(2, 8)
-    cache = DeltaLogCache(model, merge_interval=8)
+    cache = DeltaLogCache(model, merge_interval=8, crop_ring=conv_history == "crop_ring")
+    if conv_history == "past_recording":
+        cache.activate_past_recording()
     first = forward(model, ids, cache)
     decode(model, cache, first, 5)  # 5 entries in the log
     cache.crop(-3)
@@ -302,9 +306,25 @@ def test_crop_inside_the_log_is_exact(family):
     assert cache.get_seq_length() == 11
 
 
+def test_crop_without_conv_history_raises_and_changes_nothing():
+    """The ring is off by default: a crop that needs the conv columns of cropped steps says how to get them."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, merge_interval=8)
+    first = forward(model, prompt_ids(2, 8), cache)
+    decode(model, cache, first, 3)
+    states = [cache.materialize(i) for i in (0, 2)]
+    conv = [layer.conv_states[0].clone() for layer in cache.deltalog_layers]
+    with pytest.raises(ValueError, match=r"crop_ring=True.*activate_past_recording"):
+        cache.crop(-1)
+    assert cache.get_seq_length() == 11 and all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
+    assert all(torch.equal(layer.conv_states[0], c) for layer, c in zip(cache.deltalog_layers, conv))
+    assert all(layer.conv_ring is None for layer in cache.deltalog_layers)
+    cache.crop(0)  # nothing to rebuild
+
+
 def test_crop_beyond_the_log_raises_and_changes_nothing():
     model = tiny_model("qwen3_5")
-    cache = DeltaLogCache(model, merge_interval=4)
+    cache = DeltaLogCache(model, merge_interval=4, crop_ring=True)
     first = forward(model, prompt_ids(2, 8), cache)
     decode(model, cache, first, 5)  # 5 steps at M = 4: a merge after the 4th, one entry left
     states = [cache.materialize(i) for i in (0, 2)]
@@ -333,19 +353,23 @@ def test_materialize_and_dtype_contract_with_a_bf16_model():
         DeltaLogCache(model).materialize(0)
 
 
-def test_memory_footprint_counts_every_buffer():
+@pytest.mark.parametrize("crop_ring", [False, True])
+def test_memory_footprint_counts_every_buffer(crop_ring):
     model = tiny_model("qwen3_5")
-    cache = DeltaLogCache(model, merge_interval=8)
+    cache = DeltaLogCache(model, merge_interval=8, crop_ring=crop_ring)
     assert cache.memory_footprint() == 0
     forward(model, prompt_ids(2, 5), cache)
     B, Hk, HV, K, V, C = 2, 2, 4, 8, 16, 7
     conv_dim, W = 2 * Hk * K + HV * V, 4
-    # base, log_decay, k_log, u_log, decay_log (fp32), length (int32), conv ring (fp32 model), conv_pos (int64),
+    # base, log_decay, k_log, u_log, decay_log (fp32), length (int32), [conv ring (fp32 model), conv_pos (int64)],
     # conv state; no kernel workspace on the torch backend.
-    per_linear = 4 * (B * HV * K * V + B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B \
-        + 4 * B * (C + W) * conv_dim + 8 * B + 4 * B * conv_dim * W
+    state = 4 * B * HV * K * V
+    log = 4 * (B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B
+    ring = (4 * B * (C + W) * conv_dim + 8 * B) if crop_ring else 0
+    per_linear = state + log + ring + 4 * B * conv_dim * W
     per_attention = 2 * 4 * B * 2 * 5 * 16  # keys and values [B, kv_heads=2, T=5, head_dim=16] fp32
     assert cache.memory_footprint() == 2 * per_linear + 2 * per_attention
+    assert cache.memory_breakdown() == dict(state=2 * state, log=2 * log, workspace=0, crop_ring=2 * ring)
 
 
 def test_compileability_is_stated_truthfully():

@@ -1,0 +1,228 @@
+"""Static (graph-safe) DeltaLogCache and the captured decode loop, on a CPU with the capture switched off.
+
+What a CUDA graph needs and a CPU can check: the step reads no device value on the host (no `.item()` and friends,
+no data-dependent shapes), changes no host state, keeps every buffer at its address through append and merge steps,
+and — run by the same loop that captures it on a GPU — gives the tokens of transformers' `generate` with the default
+cache, for DeltaLogCache and transformers' own StaticCache alike (the loop is cache-agnostic).
+"""
+
+import pytest
+import torch
+import transformers
+from torch.utils._python_dispatch import TorchDispatchMode
+from utils import EOS, FAMILIES, PAD, prompt_ids, tiny_model
+
+from hf_deltalog import DeltaLogCache
+from hf_deltalog.graph import GraphDecoder, graph_generate, max_cache_len_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+N = 20  # new tokens: 19 decode steps, several merge cycles at M = 3
+
+
+def padded_prompt():
+    ids, mask = prompt_ids(3, 7), torch.ones(3, 7, dtype=torch.long)
+    ids[0, :3], mask[0, :3] = PAD, 0  # left padding in one row
+    return ids, mask
+
+
+def make_cache(kind, model, max_cache_len, **kw):
+    if kind == "deltalog":
+        return DeltaLogCache(model, static=True, max_cache_len=max_cache_len, merge_interval=3, **kw)
+    return transformers.StaticCache(config=model.config, max_cache_len=max_cache_len)
+
+
+@pytest.mark.parametrize("family, kind", [(f, "deltalog") for f in FAMILIES] +
+                         [("qwen3_5_moe", "static"), ("kimi_linear", "static")])
+def test_loop_gives_the_tokens_of_generate(family, kind):
+    """The decode loop (capture off) on a static cache == model.generate with the default dynamic cache: every
+    family with DeltaLogCache, one GDN and one KDA family with transformers' StaticCache (the loop is the same)."""
+    model = tiny_model(family)
+    ids, mask = padded_prompt()
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=N, do_sample=False, eos_token_id=None)
+    out = graph_generate(model, ids, mask, cache=make_cache(kind, model, 7 + N), max_new_tokens=N,
+                         eos_token_id=None, capture=False)
+    assert not out.captured
+    assert torch.equal(out.sequences, ref)
+
+
+@pytest.mark.parametrize("kind", ["deltalog", "static"])
+def test_loop_stops_on_eos_like_generate(kind):
+    """Rows that emit EOS emit the pad token afterwards, and the loop stops when every row has finished."""
+    model = tiny_model("qwen3_5")
+    ids, mask = padded_prompt()
+    with torch.no_grad():
+        free = model.generate(ids, attention_mask=mask, max_new_tokens=N, do_sample=False, eos_token_id=None)
+    # An EOS id every row produces within the window, at different steps: the rows finish at different times.
+    gen = free[:, 7:]
+    common = set(gen[0].tolist()) & set(gen[1].tolist()) & set(gen[2].tolist())
+    eos = min(common, key=lambda t: max(int((row == t).nonzero()[0]) for row in gen))
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=N, do_sample=False, eos_token_id=eos,
+                             pad_token_id=PAD)
+    out = graph_generate(model, ids, mask, cache=make_cache(kind, model, 7 + N), max_new_tokens=N,
+                         eos_token_id=eos, pad_token_id=PAD, capture=False)
+    assert ref.shape[1] < 7 + N, "the reference should stop early for this test to mean something"
+    assert torch.equal(out.sequences, ref)
+
+
+class HostReads(TorchDispatchMode):
+    """Records every op that reads a device value on the host or has a data-dependent output shape."""
+
+    SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "item", "equal",
+               "is_nonzero", "repeat_interleave"}
+
+    def __init__(self):
+        super().__init__()
+        self.hits = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name in self.SYNCING:
+            self.hits.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def cache_tensors(cache):
+    """Every tensor a cache holds, by a stable name (what a captured graph points at)."""
+    found = {}
+    for i, layer in enumerate(cache.layers):
+        for name, value in vars(layer).items():
+            values = value.items() if isinstance(value, dict) else [(None, value)]
+            for key, t in values:
+                if isinstance(t, torch.Tensor):
+                    found[(i, name, key)] = t
+    return found
+
+
+@pytest.mark.parametrize("kind", ["deltalog", "static"])
+@pytest.mark.parametrize("family", ["qwen3_5_moe", "kimi_linear"])
+def test_decode_step_is_graph_safe(family, kind):
+    """Through append and merge steps: no host read, no data-dependent shape, no host state change, and every cache
+    tensor and static input keeps its address (one graph serves every step)."""
+    model = tiny_model(family)
+    model.config._experts_implementation = "grouped_mm"  # the graph-safe MoE path (transformers' default on GPUs)
+    ids, mask = padded_prompt()
+    cache = make_cache(kind, model, 7 + 12)
+    dec = GraphDecoder(model, cache, capture=False)
+    dec.prefill(ids, mask, max_new_tokens=12)
+    addresses = {k: t.data_ptr() for k, t in cache_tensors(cache).items()}
+    buffers = [dec.tokens, dec.input_buf, dec.pos_buf, dec.mask_buf, dec.step_idx]
+    buffer_addresses = [t.data_ptr() for t in buffers]
+    host = [(layer._seen, layer._pending, layer.merge_interval) for layer in getattr(cache, "deltalog_layers", [])]
+    phases = []
+    for _ in range(11):
+        with HostReads() as mode:
+            dec.step()
+        assert mode.hits == [], f"host reads in a decode step: {sorted(set(mode.hits))}"
+        phases.append([int(layer.length[0]) for layer in getattr(cache, "deltalog_layers", [])])
+    assert {k: t.data_ptr() for k, t in cache_tensors(cache).items()} == addresses
+    assert [t.data_ptr() for t in buffers] == buffer_addresses
+    assert [(layer._seen, layer._pending, layer.merge_interval)
+            for layer in getattr(cache, "deltalog_layers", [])] == host
+    if kind == "deltalog":
+        assert [p[0] for p in phases] == [1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]  # appends and merges, M = 3
+        assert all(int(layer.decoded) == 11 for layer in cache.deltalog_layers)
+        assert int(cache.get_seq_length()) == 7 + 1 + 11 - 1  # prompt + fed tokens (the last one is not fed yet)
+
+
+def test_static_mode_contract():
+    model = tiny_model("qwen3_5")
+    static = DeltaLogCache(model, static=True, max_cache_len=16)
+    assert static.is_compileable and all(layer.is_compileable for layer in static.deltalog_layers)
+    assert type(static.layers[1]).__name__ == "StaticLayer" and max_cache_len_of(static) == 16
+    dynamic = DeltaLogCache(model)
+    assert not dynamic.is_compileable
+    with pytest.raises(ValueError, match="needs a static cache"):
+        GraphDecoder(model, dynamic, capture=False)
+    with pytest.raises(ValueError, match="needs max_cache_len"):
+        DeltaLogCache(model, static=True)
+    with pytest.raises(ValueError, match="needs max_cache_len"):
+        DeltaLogCache(model, static=True, max_cache_len=0)
+    pure = model.config.__class__(**{**model.config.to_dict(), "layer_types": ["linear_attention"] * 4})
+    with pytest.raises(ValueError, match="only linear-attention layers"):
+        DeltaLogCache(pure, static=True, max_cache_len=16)
+    with pytest.raises(ValueError, match="capture=True needs the model on a CUDA device"):
+        GraphDecoder(model, static, capture=True)
+    dec = GraphDecoder(model, static, capture=False)
+    with pytest.raises(ValueError, match="call prefill"):
+        dec.step()
+    with pytest.raises(ValueError, match="need 17"):
+        dec.prefill(prompt_ids(2, 7), max_new_tokens=10)
+
+
+def test_loop_refuses_steps_beyond_max_new_tokens():
+    model = tiny_model("qwen3_5")
+    dec = GraphDecoder(model, DeltaLogCache(model, static=True, max_cache_len=12), capture=False)
+    dec.prefill(prompt_ids(2, 7), max_new_tokens=3)
+    dec.step()
+    dec.step()
+    with pytest.raises(ValueError, match="all 3 tokens"):
+        dec.step()
+    assert dec.sequences(3).shape == (2, 10)
+
+
+def test_static_reprefill_keeps_addresses_and_restarts():
+    """A second prompt batch of the same size reuses every buffer (a captured graph stays valid) and decodes as a
+    fresh cache would."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, static=True, max_cache_len=7 + N, merge_interval=3)
+    ids, mask = padded_prompt()
+    graph_generate(model, ids, mask, cache=cache, max_new_tokens=N, eos_token_id=None, capture=False)
+    addresses = {k: t.data_ptr() for k, t in cache_tensors(cache).items()}
+    cache.reset()
+    other = prompt_ids(3, 7, seed=5)
+    out = graph_generate(model, other, cache=cache, max_new_tokens=N, eos_token_id=None, capture=False)
+    assert {k: t.data_ptr() for k, t in cache_tensors(cache).items()} == addresses
+    with torch.no_grad():
+        ref = model.generate(other, max_new_tokens=N, do_sample=False, eos_token_id=None)
+    assert torch.equal(out.sequences, ref)
+
+
+def test_static_dense_path_writes_the_base_in_place():
+    """Where a layer decodes densely through an external kernel that returns a new state (FLA's on a GPU), static
+    mode copies it into the base (fixed address) instead of rebinding the attribute."""
+    from hf_deltalog.kernels.gdn.naive import naive_recurrent_gated_delta_rule
+
+    model = tiny_model("qwen3_5")
+    calls = []
+
+    def dense(q, k, v, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel, state_v_first):
+        calls.append(1)
+        S = initial_state.transpose(-1, -2) if state_v_first else initial_state
+        o, S = naive_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=S, output_final_state=True,
+                                                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+        return o, (S.transpose(-1, -2) if state_v_first else S).clone()
+
+    ids, mask = padded_prompt()
+    ours = DeltaLogCache(model, static=True, max_cache_len=7 + N, merge_interval=1)
+    dec = GraphDecoder(model, ours, capture=False)
+    dec.prefill(ids, mask, max_new_tokens=N)
+    for layer in ours.deltalog_layers:
+        layer.dense_kernel = dense
+    bases = [layer.base.data_ptr() for layer in ours.deltalog_layers]
+    for _ in range(N - 1):
+        dec.step()
+    assert len(calls) == 2 * (N - 1) and [layer.base.data_ptr() for layer in ours.deltalog_layers] == bases
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=N, do_sample=False, eos_token_id=None)
+    assert torch.equal(dec.sequences(N), ref)
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+def test_log_overhead_within_budget_at_real_head_sizes(family):
+    """Log buffers (plus kernel workspace) add at most 15 % to the recurrent state at the default merge intervals,
+    at Qwen3.5 / Kimi-Linear head sizes; the crop ring is off by default and counted apart."""
+    pytest.importorskip("triton", reason="the workspace is the Triton backend's")
+    real = dict(qwen3_5=dict(linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                             linear_value_head_dim=128),
+                kimi_linear=dict(linear_num_heads=32, linear_head_dim=128))[family]
+    config = tiny_model(family).config.__class__(**{**tiny_model(family).config.to_dict(), **real})
+    cache = DeltaLogCache(config, merge_interval=None, backend="triton", static=True, max_cache_len=8)
+    layer = cache.deltalog_layers[0]
+    layer.auto_merge_interval = False  # the default M (8 GDN / 4 KDA) at any batch size
+    layer.conv_states[0] = torch.zeros(2, 8, 4)
+    layer._allocate(2, torch.device("cpu"))
+    report = cache.memory_breakdown()
+    overhead = (report["log"] + report["workspace"]) / report["state"]
+    assert report["crop_ring"] == 0 and 0.05 < overhead <= 0.15, report

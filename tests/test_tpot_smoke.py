@@ -1,0 +1,67 @@
+"""eval/tpot.py end to end on the CPU (tiny fp32 model, capture off), its memory plan, and the report."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+EVAL = Path(__file__).resolve().parents[1] / "eval"
+GIB = 1 << 30
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, EVAL / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tpot_cpu_smoke(tmp_path):
+    tpot = load("tpot")
+    tpot.main(["--cpu-smoke", "--out", str(tmp_path), "--batch-sizes", "2", "--new-tokens", "3",
+               "--eager-new-tokens", "3", "--prefill-chunk-tokens", "8"])  # 2 rows x 4 tokens: a chunked prefill
+    data = json.loads((tmp_path / "tpot.json").read_text())
+    runs = {(r["mode"], r["cache"]): r for r in data["runs"]}
+    assert set(runs) == {("graph", "static"), ("graph", "deltalog"), ("eager", "default"), ("eager", "deltalog")}
+    assert data["skipped"] == []
+    for (mode, cache), r in runs.items():
+        assert r["batch"] == 2 and r["prompt_len"] == 8 and r["tpot_ms"] > 0
+        assert r["steps_timed"] == (2 * 3 if mode == "graph" else 2)  # graph: 2 repeats x 3 steps; eager: 3 tokens
+    for mode in ("graph", "eager"):
+        ours = runs[(mode, "deltalog")]
+        assert ours["identical"] and ours["token_agreement"] == 1.0  # fp32: the caches give the same tokens
+        assert ours["speedup_vs_baseline"] > 0 and ours["crop_ring_bytes"] == 0
+    assert runs[("graph", "deltalog")]["captured"] is False
+    for cache in ("static", "deltalog"):
+        prof = runs[("graph", cache)]["profile"]
+        assert prof["clock"] == "cpu" and prof["steps"] == 3 and 0 < prof["share"] < 1
+    assert (tmp_path / "tpot.csv").read_text().count("\n") == 5
+
+    report = load("tpot_report")
+    pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (the dev extra installs it)")
+    report.main([str(tmp_path / "tpot.json")])
+    for png in ("tpot.png", "tpot_speedup.png", "state_update_share.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+    assert "| smoke | 2 | 8 | graph |" in report.table(data)
+
+
+def test_memory_plan_of_the_full_size_architectures():
+    """Weights and per-row cache sizes from the published configs (built on the meta device), and the prompt length
+    the plan keeps on a 139 GiB GPU: Qwen3.5-35B-A3B keeps 1,024 tokens at B = 256; Kimi-Linear-48B-A3B (91.5 GiB
+    of bf16 weights, an MLA cache of 7 layers x 32 heads x (192 + 128) values per token) must shorten it there."""
+    tpot = load("tpot")
+    qwen = tpot.model_geometry(tpot.build_model("qwen3_5_35b_a3b", "meta"))
+    kimi = tpot.model_geometry(tpot.build_model("kimi_linear_48b_a3b", "meta"))
+    assert (qwen["linear_layers"], qwen["attention_layers"], kimi["linear_layers"], kimi["attention_layers"]) == \
+        (30, 10, 20, 7)
+    assert 34.6e9 < qwen["weight_bytes"] / 2 < 34.7e9 and 49.1e9 < kimi["weight_bytes"] / 2 < 49.2e9
+    assert qwen["state_bytes_per_row"] == 30 * 32 * 128 * 128 * 4
+    assert kimi["kv_bytes_per_token_row"] == 7 * 32 * (128 + 64 + 128) * 2
+    capacity, headroom = 0.95 * 139 * GIB, 8 * GIB
+    assert tpot.plan_prompt(qwen, 256, 1024, 140, capacity, headroom)[0] == 1024
+    assert tpot.plan_prompt(kimi, 64, 1024, 140, capacity, headroom)[0] == 1024
+    kept, need = tpot.plan_prompt(kimi, 256, 1024, 140, capacity, headroom)
+    assert 64 <= kept < 1024 and kept % 64 == 0 and need <= capacity
