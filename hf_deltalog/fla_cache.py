@@ -29,6 +29,7 @@ dense final state it returns restarts the log.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from typing import Any, Callable
@@ -680,6 +681,7 @@ class FLADeltaLogCache(FLACache):
         def validate_without_cache(model_kwargs: dict[str, Any]) -> None:
             validate(model, {k: v for k, v in model_kwargs.items() if not (k == "cache" and v is self)})
 
+        @functools.wraps(model.prepare_inputs_for_generation)  # the kwarg check reads this signature
         def prepare_with_past_key_values(*a: Any, **kw: Any) -> dict[str, Any]:
             model_inputs = prepare(model, *a, **kw)
             if model_inputs.get("cache") is self and model_inputs.get("past_key_values") is None:
