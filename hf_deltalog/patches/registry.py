@@ -231,7 +231,7 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
 
     if model_types is None:
         specs = list(FAMILIES.values())
-        fla_names = list(FLA_FAMILIES) if "fla" in sys.modules else []
+        fla_names = list(FLA_FAMILIES) if sys.modules.get("fla") is not None else []
     else:
         names = [model_types] if isinstance(model_types, str) else list(model_types)
         fla_names = [name for name in names if name in FLA_FAMILIES]
