@@ -1,0 +1,29 @@
+"""The kernel benchmark's --cpu-smoke mode for RWKV6 with FLA installed: FLA's fused_recurrent_rwkv6 baseline (an
+autotuned kernel, collapsed by conftest.py) runs beside ours, and the numerics compare both."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "eval" / "bench_gdn_decode.py"
+
+
+def test_bench_rwkv6_cpu_smoke_with_fla_baseline(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--operator", "rwkv6", "--batches", "1", "--ms", "2", "--numerics-batches", "1",
+                "--numerics-ms", "2", "--rollout-steps", "4", "--no-compile", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "bench_rwkv6_decode.json").read_text())
+    assert result["fla_available"]
+    rows = {r["variant"]: r for r in result["rows"] if r["variant"].startswith("fla")}
+    assert rows["fla_kfirst"]["amortized_us"] > 0  # FLA's kernel ran (only its [K, V] layout exists)
+    assert rows["fla_vfirst"]["amortized_us"] is None
+    numerics = result["numerics"][0]["results"]
+    fla = [r for r in numerics if r["variant"] == "fla" and "out_rel" in r]
+    ours = [r for r in numerics if r["variant"] == "ours"]
+    assert len(fla) == 1 and fla[0]["layout"] == "KV" and ours
+    # bf16 activations: outputs rounded to bf16 (relative error ~2^-9) on both paths; the state is fp32.
+    assert all(r["out_rel"] < 1e-2 and r["state_rel"] < 1e-5 for r in fla + ours)
