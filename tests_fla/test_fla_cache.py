@@ -263,3 +263,19 @@ def test_wrong_state_shape_is_refused():
         cache.update(conv_state=None, layer_idx=0)
     with pytest.raises(ValueError, match="does not exist"):
         DeltaLogCache(tiny_model("rwkv6").config).update(recurrent_state=torch.zeros(1), layer_idx=7)
+
+
+def test_gpu_plan():
+    """What a layer would do on a GPU (decided from the device type; nothing runs on one here)."""
+    cuda = torch.device("cuda")
+    gdn = DeltaLogCache(tiny_model("gated_deltanet").config)._new_layer(0)
+    assert gdn.plan(2, cpu := torch.device("cpu")) == dict(backend="torch", merge_interval=8, state_v_first=False,
+                                                           dense_fla=False)
+    # 1 KiB of fp32 state per row here: under 64 MiB FLA's dense kernel decodes (M = 1, FLA's V-first layout).
+    assert gdn.plan(2, cuda) == dict(backend="triton", merge_interval=1, state_v_first=True, dense_fla=True)
+    assert gdn.plan(1 << 16, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
+    rwkv6 = DeltaLogCache(tiny_model("rwkv6").config)._new_layer(0)  # no measured threshold; FLA's layout is [K, V]
+    assert rwkv6.plan(2, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
+    forced = DeltaLogCache(tiny_model("kda").config, merge_interval=3, backend="torch")._new_layer(0)
+    assert forced.plan(2, cuda) == dict(backend="torch", merge_interval=3, state_v_first=False, dense_fla=False)
+    assert forced.plan(2, cpu)["merge_interval"] == 3
