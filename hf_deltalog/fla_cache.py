@@ -306,7 +306,8 @@ class FLADeltaLogLayer(FLALayer):
         if spec.operator != "rwkv6" and bool(a.get("state_v_first", False)) != spec.state_v_first:
             raise self.shared.status.reject(
                 f"layer {self.layer_idx}: the kernel was called with state_v_first={a.get('state_v_first')}, but FLA's "
-                f"{spec.model_type!r} layers keep state_v_first={spec.state_v_first}; hf_deltalog serves that layout only"
+                f"{spec.model_type!r} layers keep state_v_first={spec.state_v_first}; hf_deltalog serves that layout "
+                "only"
             )
         rows = x.shape[0] if cu is None else cu.numel() - 1
         self._check_call(spec, x, v, rows)
@@ -478,7 +479,8 @@ class FLADeltaLogCache(FLACache):
         spec = fla_family_of(config)
         if spec is None:
             raise ValueError(
-                f"FLADeltaLogCache serves flash-linear-attention's {', '.join(supported_fla_model_types())} models; got "
+                f"FLADeltaLogCache serves flash-linear-attention's {', '.join(supported_fla_model_types())} models; "
+                "got "
                 f"a {type(config).__name__} (model_type {getattr(config, 'model_type', None)!r})"
             )
         if backend not in BACKENDS:

@@ -1,4 +1,4 @@
-"""generate() on FLA's RWKV6 / GatedDeltaNet / KDA causal LMs with DeltaLogCache, against FLA's own cache and kernels."""
+"""generate() on FLA's RWKV6 / GatedDeltaNet / KDA causal LMs with DeltaLogCache, against FLA's cache and kernels."""
 
 from __future__ import annotations
 

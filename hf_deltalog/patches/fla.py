@@ -1,4 +1,4 @@
-"""Which flash-linear-attention (FLA) model families DeltaLog binds, and the idempotent, revertible patch that binds them.
+"""Which flash-linear-attention (FLA) model families DeltaLog binds, and the idempotent, revertible patch binding them.
 
 FLA's layers (``fla.layers.rwkv6.RWKV6Attention``, ``fla.layers.gated_deltanet.GatedDeltaNet``,
 ``fla.layers.kda.KimiDeltaAttention``) look their kernels up as module globals of their layer module at call time
@@ -42,7 +42,8 @@ def _delta_dims(config: Any) -> tuple[int, int, int, int]:
 
 
 def _rwkv6_dims(config: Any) -> tuple[int, int, int, int]:
-    """``(H, H, K, V)`` of an FLA RWKV6 layer: ``K = round(hidden · expand_k) / H``, ``V = round(hidden · expand_v) / H``."""
+    """``(H, H, K, V)`` of an FLA RWKV6 layer: ``K = round(hidden · expand_k) / H``,
+    ``V = round(hidden · expand_v) / H``."""
     heads = int(config.num_heads)
     key_dim, value_dim = round(config.hidden_size * config.expand_k), round(config.hidden_size * config.expand_v)
     return heads, heads, key_dim // heads, value_dim // heads
@@ -109,7 +110,8 @@ def _resolve(model_type: str) -> FLAFamilySpec:
     spec = FLA_FAMILIES.get(model_type)
     if spec is None:
         raise ValueError(
-            f"model_type {model_type!r} has no FLA DeltaLog binding; supported: {', '.join(supported_fla_model_types())}"
+            f"model_type {model_type!r} has no FLA DeltaLog binding; supported: "
+            f"{', '.join(supported_fla_model_types())}"
         )
     return spec
 
