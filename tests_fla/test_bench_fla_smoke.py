@@ -1,5 +1,5 @@
-"""The kernel benchmark's --cpu-smoke mode for RWKV6 with FLA installed: FLA's fused_recurrent_rwkv6 baseline (an
-autotuned kernel, collapsed by conftest.py) runs beside ours, and the numerics compare both."""
+"""The evaluation scripts' CPU smoke modes with FLA installed: the kernel benchmark for RWKV6 with FLA's
+fused_recurrent_rwkv6 baseline (an autotuned kernel, collapsed by conftest.py) beside ours, and the FLA generate check."""
 
 import importlib.util
 import json
@@ -27,3 +27,15 @@ def test_bench_rwkv6_cpu_smoke_with_fla_baseline(tmp_path):
     assert len(fla) == 1 and fla[0]["layout"] == "KV" and ours
     # bf16 activations: outputs rounded to bf16 (relative error ~2^-9) on both paths; the state is fp32.
     assert all(r["out_rel"] < 1e-2 and r["state_rel"] < 1e-5 for r in fla + ours)
+
+
+def test_gpu_generate_check_fla_cpu_smoke():
+    """eval/gpu_generate_check_fla.py (for the H200) runs end to end in its --cpu-smoke mode (one family: the code
+    path is the same for all three)."""
+    spec = importlib.util.spec_from_file_location("gpu_generate_check_fla", SCRIPT.parent / "gpu_generate_check_fla.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    rows = check.main(["--cpu-smoke", "--families", "rwkv6", "--new-tokens", "3"])
+    assert [r["merge_interval"] for r in rows] == [None, 2]
+    assert all(r["identical"] and r["max_abs_logit_diff_while_tokens_agree"] <= 1e-4 for r in rows)
+    assert all(r["reference_vs_full_forward_max_abs_logit_diff"] <= 1e-4 for r in rows)
