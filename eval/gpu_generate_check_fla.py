@@ -1,12 +1,13 @@
 """GPU end-to-end check for flash-linear-attention's models: generate() with DeltaLogCache against FLA's own cache.
 
 FLA's ``RWKV6ForCausalLM`` (H = 32 heads, K = V = 64, the head sizes of RWKV6 at hidden 2048),
-``GatedDeltaNetForCausalLM`` (Hk = 16, HV = 32, K = V = 128) and ``KDAForCausalLM`` (H = 32, K = V = 128), 4 recurrent layers each, random weights,
-fp32 and bf16, greedy decoding of a batch of prompts. The reference is FLA's ``Cache`` with FLA's kernels; because FLA
-0.6.0's ``generate`` under transformers 5.24 does not hand a cache to the model (README, FLA models), the reference is
-driven with the cache renamed to ``past_key_values`` (done here, independently of hf_deltalog), and its fp32 logits are
-checked against a full forward without a cache. Reports token agreement, the largest |Δlogit| while tokens agree, the
-backend, the effective merge interval and whether FLA's dense kernel decoded (small GDN/KDA states).
+``GatedDeltaNetForCausalLM`` (Hk = 16, HV = 32, K = V = 128) and ``KDAForCausalLM`` (H = 32, K = V = 128), 4 recurrent
+layers each, random weights, fp32 and bf16, greedy decoding of a batch of prompts. The reference is FLA's ``Cache``
+with FLA's kernels; because FLA 0.6.0's ``generate`` under transformers 5.24 does not hand a cache to the model
+(README, FLA models), the reference is driven with the cache renamed to ``past_key_values`` (done here, independently
+of hf_deltalog), and its fp32 logits are checked against a full forward without a cache. Reports token agreement, the
+largest |Δlogit| while tokens agree, the backend, the effective merge interval and whether FLA's dense kernel decoded
+(small GDN/KDA states).
 
     python eval/gpu_generate_check_fla.py [--new-tokens 64] [--out eval/results/gpu_generate_check_fla.json]
     python eval/gpu_generate_check_fla.py --cpu-smoke     # tiny shapes on the CPU under the Triton interpreter

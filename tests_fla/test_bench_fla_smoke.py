@@ -1,5 +1,5 @@
 """The evaluation scripts' CPU smoke modes with FLA installed: the kernel benchmark for RWKV6 with FLA's
-fused_recurrent_rwkv6 baseline (an autotuned kernel, collapsed by conftest.py) beside ours, and the FLA generate check."""
+fused_recurrent_rwkv6 baseline (an autotuned kernel, collapsed by conftest.py) beside ours; the FLA generate check."""
 
 import importlib.util
 import json
