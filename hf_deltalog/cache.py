@@ -603,6 +603,18 @@ class DeltaLogCache(DynamicCache):
             static mode without a positive ``max_cache_len`` or on a config without attention layers.
     """
 
+    def __new__(cls, model_or_config: Any = None, *args: Any, **kwargs: Any):
+        # flash-linear-attention's own model classes (fla.models) only take a cache of FLA's Cache class: for them
+        # DeltaLogCache(model) builds hf_deltalog.fla_cache.FLADeltaLogCache (same arguments, same user call).
+        if cls is DeltaLogCache and model_or_config is not None:
+            from hf_deltalog.patches.fla import fla_family_of
+
+            if fla_family_of(model_or_config) is not None:
+                from hf_deltalog.fla_cache import FLADeltaLogCache
+
+                return FLADeltaLogCache(model_or_config, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
                  static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False):
         config = _config_of(model_or_config).get_text_config(decoder=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -176,11 +177,13 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         from hf_deltalog.cache import DeltaLogCache
 
         cache = kwargs.get("cache", kwargs.get("past_key_values", kwargs.get("cache_params")))
-        if not isinstance(cache, DeltaLogCache):
+        # FLA models get an hf_deltalog.fla_cache.FLADeltaLogCache (an FLA Cache) that carries the same checks.
+        if not isinstance(cache, DeltaLogCache) and not getattr(type(cache), "_deltalog_generate_checks", False):
             return upstream(self, inputs, *args, **kwargs)
         cache._check_model(self)
         cache._before_generate(inputs if inputs is not None else kwargs.get("input_ids"), kwargs.get("attention_mask"))
-        out = upstream(self, inputs, *args, **kwargs)
+        run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
+        out = run(upstream, self, inputs, *args, **kwargs) if run else upstream(self, inputs, *args, **kwargs)
         cache._after_generate(out)
         return out
 
@@ -213,20 +216,28 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
     upstream functions with unchanged arguments.
 
     Args:
-        model_types: text-config ``model_type`` names (or their wrapper names, e.g. ``"qwen3_5"``); None for all.
+        model_types: text-config ``model_type`` names (or their wrapper names, e.g. ``"qwen3_5"``), or FLA model types
+            (``"rwkv6"``, ``"gated_deltanet"``, ``"kda"``: :func:`hf_deltalog.patches.fla.patch_fla`); None for every
+            transformers family, and every FLA family too when FLA is already imported.
 
     Returns:
-        The model types that are patched after the call.
+        The transformers model types that are patched after the call (FLA's: ``patches.fla.is_fla_patched``).
 
     Raises:
         ValueError: an unknown model type. ImportError / RuntimeError: the installed transformers lacks a module or
         a function the binding needs (the message names the transformers version).
     """
+    from hf_deltalog.patches.fla import FLA_FAMILIES, patch_fla
+
     if model_types is None:
         specs = list(FAMILIES.values())
+        fla_names = list(FLA_FAMILIES) if sys.modules.get("fla") is not None else []
     else:
         names = [model_types] if isinstance(model_types, str) else list(model_types)
-        specs = [_resolve(name) for name in names]
+        fla_names = [name for name in names if name in FLA_FAMILIES]
+        specs = [_resolve(name) for name in names if name not in FLA_FAMILIES]
+    if fla_names:
+        patch_fla(fla_names)
     with _LOCK:
         for spec in specs:
             if spec.model_type in _ORIGINALS:
@@ -246,6 +257,9 @@ def unpatch() -> None:
     A :class:`~hf_deltalog.DeltaLogCache` built afterwards patches again; one built before cannot be used for decoding
     until then (its state reaches the upstream recurrence, which raises a RuntimeError saying so).
     """
+    from hf_deltalog.patches.fla import unpatch_fla
+
+    unpatch_fla()
     with _LOCK:
         for model_type, originals in list(_ORIGINALS.items()):
             module = importlib.import_module(FAMILIES[model_type].module)
@@ -260,7 +274,12 @@ def unpatch() -> None:
 
 
 def is_patched(model_type: str) -> bool:
-    """Whether the family of ``model_type`` (text or wrapper name) currently runs the DeltaLog binding."""
+    """Whether the family of ``model_type`` (text or wrapper name, or FLA model type) currently runs the DeltaLog
+    binding."""
+    from hf_deltalog.patches.fla import FLA_FAMILIES, is_fla_patched
+
+    if model_type in FLA_FAMILIES:
+        return is_fla_patched(model_type)
     return _resolve(model_type).model_type in _ORIGINALS
 
 

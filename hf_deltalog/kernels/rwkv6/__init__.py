@@ -1,5 +1,6 @@
 """RWKV6 decode: pure-PyTorch references (eager dense and DeltaLog, ``naive``) and the Triton DeltaLog kernels
-(``fused_deltalog``, imported on use: it needs triton). The integration with FLA's model classes is not built yet."""
+(``fused_deltalog``, imported on use: it needs triton). FLA's ``RWKV6ForCausalLM`` decodes through them via
+:mod:`hf_deltalog.fla_cache`."""
 
 from hf_deltalog.kernels.rwkv6.naive import (
     naive_deltalog_rwkv6_decode,

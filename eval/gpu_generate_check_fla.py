@@ -1,0 +1,175 @@
+"""GPU end-to-end check for flash-linear-attention's models: generate() with DeltaLogCache against FLA's own cache.
+
+FLA's ``RWKV6ForCausalLM`` (H = 32 heads, K = V = 64, the head sizes of RWKV6 at hidden 2048),
+``GatedDeltaNetForCausalLM`` (Hk = 16, HV = 32, K = V = 128) and ``KDAForCausalLM`` (H = 32, K = V = 128), 4 recurrent
+layers each, random weights, fp32 and bf16, greedy decoding of a batch of prompts. The reference is FLA's ``Cache``
+with FLA's kernels; because FLA 0.6.0's ``generate`` under transformers 5.24 does not hand a cache to the model
+(README, FLA models), the reference is driven with the cache renamed to ``past_key_values`` (done here, independently
+of hf_deltalog), and its fp32 logits are checked against a full forward without a cache. Reports token agreement, the
+largest |Δlogit| while tokens agree, the backend, the effective merge interval and whether FLA's dense kernel decoded
+(small GDN/KDA states).
+
+    python eval/gpu_generate_check_fla.py [--new-tokens 64] [--out eval/results/gpu_generate_check_fla.json]
+    python eval/gpu_generate_check_fla.py --cpu-smoke     # tiny shapes on the CPU under the Triton interpreter
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import math
+import os
+import sys
+import warnings
+from pathlib import Path
+
+FAMILIES = ("rwkv6", "gated_deltanet", "kda")
+
+
+def _collapse_autotuners() -> None:
+    """Under the interpreter there is no driver to time configs: keep the one with the largest blocks."""
+    from triton.runtime.autotuner import Autotuner
+
+    prune = Autotuner.prune_configs
+
+    def volume(config):
+        return math.prod(v for v in config.kwargs.values() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+
+    Autotuner.prune_configs = lambda self, kwargs: [max(prune(self, kwargs), key=volume)]
+
+
+def _config(family: str, smoke: bool):
+    from fla.models import GatedDeltaNetConfig, KDAConfig, RWKV6Config
+
+    layers, vocab = (1, 96) if smoke else (4, 1024)
+    common = dict(vocab_size=vocab, num_hidden_layers=layers, pad_token_id=0, bos_token_id=1, eos_token_id=None,
+                  fuse_cross_entropy=False, initializer_range=0.05)
+    if family == "rwkv6":
+        hidden, heads = (64, 2) if smoke else (2048, 32)
+        return RWKV6Config(**common, hidden_size=hidden, num_heads=heads, expand_k=0.5, expand_v=1.0,
+                           proj_low_rank_dim=8 if smoke else 32, gate_low_rank_dim=8 if smoke else 64)
+    heads = dict(head_dim=8, num_heads=1, num_v_heads=2, expand_v=2.0) if smoke else (
+        dict(head_dim=128, num_heads=16, num_v_heads=32, expand_v=1.0) if family == "gated_deltanet" else
+        dict(head_dim=128, num_heads=32, num_v_heads=32, expand_v=1.0))
+    cls = GatedDeltaNetConfig if family == "gated_deltanet" else KDAConfig
+    return cls(**common, hidden_size=64 if smoke else 1024, conv_size=4, hidden_ratio=2, **heads)
+
+
+@contextlib.contextmanager
+def _cache_reaches_model(model):
+    """Let ``generate`` hand a user cache to an FLA model (FLA 0.6.0 reads ``past_key_values``, transformers 5.24
+    passes ``cache``)."""
+    cls = type(model)
+
+    def validate(model_kwargs):
+        cls._validate_model_kwargs(model, {k: v for k, v in model_kwargs.items() if k != "cache"})
+
+    @functools.wraps(model.prepare_inputs_for_generation)
+    def prepare(*args, **kwargs):
+        inputs = cls.prepare_inputs_for_generation(model, *args, **kwargs)
+        if inputs.get("cache") is not None:
+            inputs["past_key_values"] = inputs.pop("cache")
+        return inputs
+
+    model._validate_model_kwargs, model.prepare_inputs_for_generation = validate, prepare
+    try:
+        yield
+    finally:
+        del model._validate_model_kwargs, model.prepare_inputs_for_generation
+
+
+def check_family(family: str, a, device) -> list[dict]:
+    import torch
+    from fla.models import GatedDeltaNetForCausalLM, KDAForCausalLM, RWKV6ForCausalLM
+    from fla.models.utils import Cache
+
+    from hf_deltalog import DeltaLogCache
+
+    classes = {"rwkv6": RWKV6ForCausalLM, "gated_deltanet": GatedDeltaNetForCausalLM, "kda": KDAForCausalLM}
+    rows = []
+    prompt = 8 if a.cpu_smoke else 32
+    runs = ((2, None), (2, 2)) if a.cpu_smoke else ((a.batch, None), (64, None), (64, 2), (64, 16))
+    dtypes = (torch.float32,) if a.cpu_smoke else (torch.float32, torch.bfloat16)
+    for dtype in dtypes:
+        torch.manual_seed(0)
+        model = classes[family](_config(family, a.cpu_smoke)).to(device, dtype).eval()
+        vocab = model.config.vocab_size
+        kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens, do_sample=False,
+                  return_dict_in_generate=True, output_logits=True)
+        for batch, M in runs:
+            gen = torch.Generator(device.type).manual_seed(1)
+            ids = torch.randint(3, vocab, (batch, prompt), device=device, generator=gen)
+            with torch.no_grad():
+                with _cache_reaches_model(model):
+                    ref = model.generate(ids, past_key_values=Cache(), **kw)
+                ref_check = None
+                if dtype == torch.float32:  # the reference itself: FLA's cached decode equals a full forward
+                    full = model(ref.sequences, use_cache=False).logits
+                    ref_check = max((x - full[:, prompt - 1 + i]).abs().max().item() for i, x in enumerate(ref.logits))
+                cache = DeltaLogCache(model, merge_interval=M)
+                out = model.generate(ids, past_key_values=cache, **kw)
+            layers = cache.deltalog_layers
+            first = next((i for i in range(a.new_tokens)
+                          if not torch.equal(out.sequences[:, prompt + i], ref.sequences[:, prompt + i])), None)
+            upto = a.new_tokens if first is None else first + 1
+            dlogit = max((x.float() - y.float()).abs().max().item()
+                         for x, y in zip(out.logits[:upto], ref.logits[:upto]))
+            margin = None
+            if first is not None:  # the reference's top-1 minus top-2 logit in the rows that differ at that step
+                diff = (out.sequences[:, prompt + first] != ref.sequences[:, prompt + first]).nonzero()[:, 0]
+                top2 = ref.logits[first][diff].float().topk(2, dim=-1).values
+                margin = (top2[:, 0] - top2[:, 1]).max().item()
+            rows.append(dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M,
+                             effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
+                             backends=sorted({layer.backend for layer in layers}),
+                             dense_fla_kernel=any(layer.dense_fla for layer in layers),
+                             token_agreement=(out.sequences == ref.sequences).float().mean().item(),
+                             identical=bool(torch.equal(out.sequences, ref.sequences)),
+                             max_abs_logit_diff_while_tokens_agree=dlogit, first_differing_step=first,
+                             top2_margin_at_first_difference=margin,
+                             reference_vs_full_forward_max_abs_logit_diff=ref_check))
+            print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--new-tokens", type=int, default=None, help="default 64 (4 with --cpu-smoke)")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default eval/results/gpu_generate_check_fla.json; none with --cpu-smoke)")
+    p.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU under the Triton interpreter")
+    a = p.parse_args(argv)
+    if a.cpu_smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+    a.new_tokens = a.new_tokens or (4 if a.cpu_smoke else 64)
+    import torch
+    import transformers
+
+    if a.cpu_smoke:
+        _collapse_autotuners()
+        device = torch.device("cpu")
+    elif torch.cuda.is_available():
+        device = torch.device("cuda")
+    else:
+        sys.exit("no CUDA device: run with --cpu-smoke on a CPU")
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    rows = [row for family in a.families for row in check_family(family, a, device)]
+    out = a.out if a.out is not None else (None if a.cpu_smoke else
+                                           Path(__file__).parent / "results" / "gpu_generate_check_fla.json")
+    if out is not None:
+        import fla
+
+        meta = dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu", torch=torch.__version__,
+                    transformers=transformers.__version__, fla=fla.__version__)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

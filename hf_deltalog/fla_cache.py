@@ -1,0 +1,705 @@
+"""DeltaLog for flash-linear-attention's model classes (``fla.models``: RWKV6, GatedDeltaNet, KDA).
+
+FLA's causal LMs keep their own cache class, ``fla.models.utils.Cache`` (one state dict per layer:
+``recurrent_state``, ``attn_state``, ``conv_state``, ``ffn_state``), and their models wrap any other cache object with
+``Cache.from_legacy_cache``. :class:`FLADeltaLogCache` therefore *is* an FLA ``Cache``;
+``DeltaLogCache(fla_model)`` returns one, so the user call stays
+``model.generate(**inputs, past_key_values=DeltaLogCache(model))``.
+
+Per recurrent layer the dict's ``recurrent_state`` is a :class:`FLADeltaLogState` handle; the buffers behind it
+(``C = M − 1`` log slots)::
+
+    base       [B, HV, K, V] fp32 (torch backend) or [B, HV, V, K] (Triton backend: V-first, FLA's GDN/KDA layout)
+    log_decay  [B, HV] (GDN) or [B, HV, K] (KDA, RWKV6: one log-decay per key channel) fp32
+    k_log      [B, Hk, C, K] fp32   key-side factors (GDN/KDA: l2-normalised keys; RWKV6: raw keys)
+    u_log      [B, HV, C, V] fp32   value-side factors (GDN/KDA: u_t = β_t (v_t − S'ᵀk̂_t); RWKV6: raw values v_t)
+    decay_log  [B, HV, C] or [B, HV, C, K] fp32   ℓ̄ when each entry was written
+    length     [B] int32             live entries per row
+
+The math of each operator is in :mod:`hf_deltalog.kernels.gdn.naive`, :mod:`hf_deltalog.kernels.kda.naive` and
+:mod:`hf_deltalog.kernels.rwkv6.naive`. Token-shift states (RWKV6 ``conv_state``/``ffn_state``, ``[B, hidden]``) and
+short-convolution states (GDN/KDA ``conv_state``, three ``[B, D, W]``) stay dense in the dict, as FLA keeps them.
+
+A forward that feeds one token per sequence runs the DeltaLog step (FLA's gates ``-exp(A_log)·softplus(g + dt_bias)``,
+KDA's ``lower_bound·sigmoid(exp(A_log)·(g + dt_bias))``, ``sigmoid(β)`` (×2 with ``allow_neg_eigval``) are computed in
+fp32 exactly as FLA's kernels do, then the DeltaLog decode of the operator). Anything else (prefill, multi-token
+continuation, ``use_cache=False``, rows without a token) runs FLA's own kernel on the materialised dense state; a
+dense final state it returns restarts the log.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from fla.models.cache_utils import FLALayer
+from fla.models.utils import Cache as FLACache
+
+from hf_deltalog.cache import BACKENDS, DENSE_BELOW_STATE_BYTES, _check_merge_interval, _Status
+from hf_deltalog.kernels._op import interpreting
+from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
+from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
+from hf_deltalog.kernels.rwkv6.naive import naive_deltalog_rwkv6_decode, naive_deltalog_rwkv6_materialize
+from hf_deltalog.patches.fla import FLAFamilySpec, fla_family_of, patch_fla, supported_fla_model_types
+
+__all__ = ["FLADeltaLogCache", "FLADeltaLogLayer", "FLADeltaLogState"]
+
+# Attributes an FLA kernel reads from a tensor ``initial_state``: reaching one on the handle means the handle got to a
+# kernel hf_deltalog has not bound.
+_TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "stride", "contiguous", "is_contiguous", "data_ptr", "size", "dim",
+                                "to", "float", "clone", "numel", "element_size", "new_empty", "new_zeros", "ndim"})
+
+
+def _triton_decoder(operator: str) -> tuple[Callable, Callable] | None:
+    """``(decode, workspace(B, Hk, HV, K, C, device))`` of the operator's Triton kernels, or None without triton."""
+    try:
+        if operator == "rwkv6":
+            from hf_deltalog.kernels.rwkv6.fused_deltalog import deltalog_rwkv6_workspace, fused_deltalog_rwkv6_decode
+
+            return fused_deltalog_rwkv6_decode, (lambda B, Hk, HV, K, C, device:
+                                                 deltalog_rwkv6_workspace(B, HV, K, C, device))
+        if operator == "kda":
+            from hf_deltalog.kernels.kda.fused_deltalog import deltalog_kda_workspace, fused_deltalog_kda_decode
+
+            return fused_deltalog_kda_decode, deltalog_kda_workspace
+        from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace, fused_deltalog_gdn_decode
+
+        return fused_deltalog_gdn_decode, deltalog_gdn_workspace
+    except Exception:  # noqa: BLE001 - triton missing or unusable here: the torch backend serves
+        return None
+
+
+class _Shared:
+    """State shared by a cache and its layers: the failure status and the last ``cu_seqlens`` checked."""
+
+    __slots__ = ("status", "cu_seqlens", "one_each")
+
+    def __init__(self) -> None:
+        self.status = _Status()
+        self.cu_seqlens: torch.Tensor | None = None
+        self.one_each = False
+
+    def one_token_each(self, cu_seqlens: torch.Tensor, rows: int) -> bool:
+        """Whether ``cu_seqlens`` is ``[0, 1, …, rows]`` (every sequence holds one token). FLA's unpadding hands every
+        layer of a forward the same tensor, so this reads the device once per forward (FLA's own unpadding
+        synchronises there already, through ``torch.nonzero``)."""
+        if cu_seqlens is not self.cu_seqlens:
+            self.one_each = cu_seqlens.numel() == rows + 1 and bool(torch.equal(
+                cu_seqlens, torch.arange(rows + 1, device=cu_seqlens.device, dtype=cu_seqlens.dtype)))
+            self.cu_seqlens = cu_seqlens
+        return self.one_each
+
+
+class FLADeltaLogState:
+    """What ``cache[layer_idx]['recurrent_state']`` holds instead of a dense tensor.
+
+    The patched FLA kernels (:mod:`hf_deltalog.patches.fla`) recognise it and run :meth:`FLADeltaLogLayer.run`;
+    :meth:`FLADeltaLogLayer.materialize` gives the dense state it stands for.
+    """
+
+    __slots__ = ("layer",)
+
+    def __init__(self, layer: FLADeltaLogLayer):
+        self.layer = layer
+
+    @property
+    def device(self) -> torch.device:
+        return self.layer.base.device if self.layer.base is not None else torch.device("cpu")
+
+    def run(self, upstream: Callable, spec: FLAFamilySpec, arguments: dict[str, Any], multi_token: bool):
+        return self.layer.run(upstream, spec, arguments, multi_token)
+
+    def __getattr__(self, name: str):
+        if name in _TENSOR_ATTRIBUTES:
+            self.layer.shared.status.broken = "its state reached an FLA kernel that hf_deltalog has not bound"
+            raise RuntimeError(
+                "a DeltaLog state reached an FLA kernel that hf_deltalog has not bound (was "
+                "hf_deltalog.unpatch() called, or is the layer of a family DeltaLogCache does not serve?); call "
+                "hf_deltalog.patch() or use FLA's own cache"
+            )
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"FLADeltaLogState(layer={self.layer.layer_idx}, M={self.layer.merge_interval})"
+
+
+class FLADeltaLogLayer(FLALayer):
+    """FLA cache layer of one recurrent layer: FLA's state dict, with DeltaLog buffers behind ``recurrent_state``.
+
+    Args:
+        spec: the FLA family (:data:`hf_deltalog.patches.fla.FLA_FAMILIES`).
+        dims: ``(Hk, HV, K, V)``.
+        merge_interval: ``M ≥ 1`` (``M = 1``: eager dense decoding).
+        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (resolved when the buffers are allocated).
+        layer_idx: the model layer served.
+        auto_merge_interval: ``merge_interval`` is the family default, so the Triton backend may pick ``M = 1`` for
+            small GDN/KDA states (:data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES`).
+    """
+
+    is_compileable = False
+
+    def __init__(self, spec: FLAFamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
+                 layer_idx: int, shared: _Shared | None = None, auto_merge_interval: bool = False):
+        super().__init__()
+        self.spec = spec
+        self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
+        self.merge_interval = self.default_merge_interval = merge_interval
+        self.auto_merge_interval = auto_merge_interval
+        self.requested_backend = backend
+        self.backend: str | None = None
+        self.state_v_first = False  # layout of our base (FLA's layout is spec.state_v_first)
+        self.dense_fla = False  # M = 1 on the GPU with FLA's layout: FLA's own kernel decodes
+        self.layer_idx = layer_idx
+        self.shared = shared if shared is not None else _Shared()
+        self.handle = FLADeltaLogState(self)
+        self._names: tuple[str, ...] = ()
+        self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = self.workspace = None
+
+    # ------------------------------------------------------------------ buffers
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in self._names}
+
+    def _resolve_backend(self, device: torch.device) -> str:
+        if self.requested_backend == "torch":
+            return "torch"
+        if self.requested_backend == "triton":
+            if device.type != "cuda" and not interpreting():
+                raise self.shared.status.reject(
+                    f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
+                    "triton is imported; use backend='torch' on the CPU"
+                )
+            return "triton"
+        return "triton" if (device.type == "cuda" and _triton_decoder(self.spec.operator) is not None) else "torch"
+
+    def plan(self, batch: int, device: torch.device) -> dict[str, Any]:
+        """How this layer decodes ``batch`` rows on ``device``: ``backend``, ``merge_interval``, ``state_v_first`` (the
+        Triton kernels keep the base V-first, FLA's own GDN/KDA layout) and ``dense_fla`` (M = 1 on the GPU in FLA's
+        layout: FLA's fused-recurrent kernel decodes, as FLA's cache would)."""
+        backend = self._resolve_backend(device)
+        HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
+        merge_interval = self.default_merge_interval
+        threshold = DENSE_BELOW_STATE_BYTES.get(self.spec.operator, 0)
+        if self.auto_merge_interval and backend == "triton" and batch * HV * K * V * 4 < threshold:
+            merge_interval = 1
+        state_v_first = backend == "triton"
+        dense_fla = merge_interval == 1 and device.type == "cuda" and state_v_first == self.spec.state_v_first
+        return dict(backend=backend, merge_interval=merge_interval, state_v_first=state_v_first, dense_fla=dense_fla)
+
+    def _allocate(self, batch: int, device: torch.device) -> None:
+        plan = self.plan(batch, device)
+        self.backend, self.merge_interval = plan["backend"], plan["merge_interval"]
+        self.state_v_first, self.dense_fla = plan["state_v_first"], plan["dense_fla"]
+        Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
+        C = self.merge_interval - 1
+        f32 = dict(dtype=torch.float32, device=device)
+        per_key = () if self.spec.operator == "gdn" else (K,)  # KDA and RWKV6 decay each key channel
+        self.base = torch.zeros((batch, HV, V, K) if self.state_v_first else (batch, HV, K, V), **f32)
+        self.log_decay = torch.zeros(batch, HV, *per_key, **f32)
+        self.k_log = torch.zeros(batch, Hk, C, K, **f32)
+        self.u_log = torch.zeros(batch, HV, C, V, **f32)
+        self.decay_log = torch.zeros(batch, HV, C, *per_key, **f32)
+        self.length = torch.zeros(batch, dtype=torch.int32, device=device)
+        self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length")
+        if self.backend == "triton":
+            self.workspace = _triton_decoder(self.spec.operator)[1](batch, Hk, HV, K, C, device)
+            self._names += ("workspace",)
+        self.device = device
+
+    @property
+    def batch_size(self) -> int:
+        return -1 if self.base is None else self.base.shape[0]
+
+    def _fla_shape(self, rows: int) -> tuple[int, int, int, int]:
+        HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
+        return (rows, HV, V, K) if self.spec.state_v_first else (rows, HV, K, V)
+
+    def _absorb(self, state: torch.Tensor) -> None:
+        """Take the dense final state FLA's kernel returned (FLA's layout): it becomes the base, the log restarts."""
+        rows = state.shape[0] if state.dim() == 4 else -1
+        if state.dim() != 4 or tuple(state.shape) != self._fla_shape(rows):
+            layout = "[N, HV, V, K]" if self.spec.state_v_first else "[N, H, K, V]"
+            raise self.shared.status.reject(
+                f"layer {self.layer_idx}: the model produced a recurrent state of shape {tuple(state.shape)}, but this "
+                f"DeltaLogCache was built for FLA's {self.spec.model_type!r} layout {layout} = "
+                f"{list(self._fla_shape(rows))[1:]}: it belongs to a model with another configuration"
+            )
+        if self.base is None or self.base.shape[0] != rows or self.base.device != state.device:
+            self._allocate(rows, state.device)
+        if self.dense_fla:
+            self.base = state  # FLA's fresh final state in the base's layout; nothing else refers to it
+        else:
+            self.base.copy_(state if self.state_v_first == self.spec.state_v_first else state.transpose(-1, -2))
+        self.log_decay.zero_()
+        self.length.zero_()
+
+    # ------------------------------------------------------------------ FLA's layer API
+    def update(self, *, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, offset: int = 1,
+               cache_kwargs=None, **kwargs) -> dict[str, Any]:
+        if isinstance(recurrent_state, torch.Tensor):
+            self._absorb(recurrent_state)
+            recurrent_state = self.handle
+        elif isinstance(recurrent_state, FLADeltaLogState):
+            if recurrent_state is not self.handle:
+                raise self.shared.status.reject(
+                    f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
+        elif recurrent_state is not None:
+            raise self.shared.status.reject(
+                f"layer {self.layer_idx}: a recurrent state must be a tensor; got {type(recurrent_state).__name__}")
+        return super().update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
+                              ffn_state=ffn_state, offset=offset, cache_kwargs=cache_kwargs, **kwargs)
+
+    def materialize(self, state_v_first: bool | None = None) -> torch.Tensor:
+        """The dense logical state, fp32, a new contiguous tensor in FLA's layout of this layer (``[B, HV, V, K]`` for
+        GDN/KDA, ``[B, H, K, V]`` for RWKV6: what FLA's own cache would hold), or the layout ``state_v_first`` asks.
+
+        Raises:
+            ValueError: the layer holds no state yet.
+        """
+        if self.base is None or self.state is None or self.state.get("recurrent_state") is None:
+            raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
+        want_v_first = self.spec.state_v_first if state_v_first is None else state_v_first
+        log = (self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
+        if self.spec.operator == "gdn":
+            dense = naive_deltalog_gdn_materialize(self.base, *log, state_v_first=self.state_v_first)
+        else:
+            base = self.base.transpose(-1, -2) if self.state_v_first else self.base
+            fn = naive_deltalog_kda_materialize if self.spec.operator == "kda" else naive_deltalog_rwkv6_materialize
+            dense = fn(base, *log)  # [B, HV, K, V]
+        return (dense.transpose(-1, -2) if want_v_first else dense).contiguous()
+
+    # ------------------------------------------------------------------ the kernel call
+    def _check_call(self, spec: FLAFamilySpec, x: torch.Tensor, v: torch.Tensor, rows: int) -> None:
+        if spec.model_type != self.spec.model_type:
+            raise self.shared.status.reject(
+                f"this DeltaLogCache was built for FLA's {self.spec.model_type!r} models but is used by a "
+                f"{spec.model_type!r} layer; build the cache from the model that uses it"
+            )
+        if (x.shape[2], x.shape[3], v.shape[2], v.shape[3]) != (self.num_k_heads, self.k_head_dim, self.num_v_heads,
+                                                                 self.v_head_dim):
+            raise self.shared.status.reject(
+                f"layer {self.layer_idx}: inputs {tuple(x.shape)} / v {tuple(v.shape)} do not match the cache's "
+                f"Hk={self.num_k_heads}, K={self.k_head_dim}, HV={self.num_v_heads}, V={self.v_head_dim}: the cache "
+                "belongs to a model with another configuration"
+            )
+        if rows != self.base.shape[0]:
+            raise self.shared.status.reject(
+                f"layer {self.layer_idx}: the cache holds {self.base.shape[0]} rows but the model passed {rows}; call "
+                "cache.reset() (or build a new DeltaLogCache) before a batch of another size"
+            )
+
+    def run(self, upstream: Callable, spec: FLAFamilySpec, a: dict[str, Any], multi_token: bool):
+        """Serve one call of FLA's kernel whose ``initial_state`` is this layer's handle (``a``: its bound arguments).
+
+        Returns what FLA's kernel returns: ``(o, final_state)``, with this layer's handle as the final state when the
+        DeltaLog step ran (the buffers then hold the new state).
+        """
+        self.shared.status.check()
+        if self.base is None:
+            raise self.shared.status.reject(f"layer {self.layer_idx} has no recurrent state yet (prefill did not "
+                                            "complete)")
+        x_name = "r" if spec.operator == "rwkv6" else "q"
+        x, v, cu = a[x_name], a["v"], a.get("cu_seqlens")
+        if spec.operator != "rwkv6" and bool(a.get("state_v_first", False)) != spec.state_v_first:
+            raise self.shared.status.reject(
+                f"layer {self.layer_idx}: the kernel was called with state_v_first={a.get('state_v_first')}, but FLA's "
+                f"{spec.model_type!r} layers keep state_v_first={spec.state_v_first}; hf_deltalog serves that layout "
+                "only"
+            )
+        rows = x.shape[0] if cu is None else cu.numel() - 1
+        self._check_call(spec, x, v, rows)
+        one_step = (not multi_token and bool(a.get("output_final_state")) and self._decodable(spec, a)
+                    and (x.shape[1] == 1 if cu is None else
+                         (x.shape[:2] == (1, rows) and self.shared.one_token_each(cu, rows))))
+        if not one_step:
+            # Several tokens, packed sequences with a row without a token, use_cache=False, or an option the DeltaLog
+            # step does not cover: FLA's own kernel on the dense logical state. A final state it returns comes back
+            # through update() and restarts the log; the buffers are not touched here.
+            a["initial_state"] = self.materialize()
+            return upstream(**a)
+        if self.dense_fla:
+            a["initial_state"] = self.base
+            try:
+                o, self.base = upstream(**a)
+                return o, self.handle
+            except Exception as err:  # noqa: BLE001 - any failure of FLA's dense kernel: ours takes over
+                warnings.warn(f"layer {self.layer_idx}: FLA's dense decode kernel failed ({err!r:.200}); decoding "
+                              "with hf_deltalog's own kernel (M = 1) from now on", RuntimeWarning, stacklevel=2)
+                self.dense_fla = False
+        # Packed sequences of one token each ([1, N, H, D]) are N rows of one token ([N, 1, H, D]).
+        step = {name: a[name] if cu is None else a[name].transpose(0, 1) for name in (x_name, "k", "v")}
+        o = self._step(spec, a, step, cu is not None)
+        return (o.transpose(0, 1) if cu is not None else o), self.handle
+
+    @staticmethod
+    def _decodable(spec: FLAFamilySpec, a: dict[str, Any]) -> bool:
+        """Whether the call uses only options the DeltaLog step implements (everything FLA's layers pass does)."""
+        if spec.operator == "rwkv6":
+            return not a.get("reverse", False)
+        if any(a.get(name) is not None for name in ("gk", "gv", "ssm_state_indices", "num_accepted_tokens")):
+            return False
+        beta = a.get("beta")
+        return beta is None or beta.dim() == 3  # one β per head (per-V β: FLA's kernel serves it)
+
+    def _step(self, spec: FLAFamilySpec, a: dict[str, Any], x: dict[str, torch.Tensor], packed: bool) -> torch.Tensor:
+        buffers = (self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
+
+        def per_row(t: torch.Tensor) -> torch.Tensor:  # gates come packed [1, N, ...] like q when cu_seqlens is set
+            return t.transpose(0, 1) if packed else t
+
+        if spec.operator == "rwkv6":
+            r, k, v = x["r"], x["k"], x["v"]
+            w, u = per_row(a["w"]), a["u"]
+            if self.backend == "triton":
+                return _triton_decoder("rwkv6")[0](r, k, v, w.contiguous(), u.contiguous(), *buffers, self.workspace,
+                                                   scale=a.get("scale"), state_v_first=self.state_v_first)
+            return naive_deltalog_rwkv6_decode(r, k, v, w, u, *buffers, scale=a.get("scale"))
+        q, k, v = x["q"], x["k"], x["v"]
+        g, beta = _gates(spec.operator, a, per_row(a["g"]) if a.get("g") is not None else None,
+                         per_row(a["beta"]) if a.get("beta") is not None else None, v)
+        l2 = bool(a.get("use_qk_l2norm_in_kernel", False))
+        if self.backend == "triton":
+            return _triton_decoder(spec.operator)[0](q, k, v, g, beta, *buffers, self.workspace, scale=a.get("scale"),
+                                                     use_qk_l2norm_in_kernel=l2, state_v_first=self.state_v_first)
+        if spec.operator == "kda":
+            return naive_deltalog_kda_decode(q, k, v, g, beta, *buffers, scale=a.get("scale"),
+                                             use_qk_l2norm_in_kernel=l2)
+        return naive_deltalog_gdn_decode(q, k, v, g, beta, *buffers, scale=a.get("scale"), use_qk_l2norm_in_kernel=l2,
+                                         state_v_first=self.state_v_first)
+
+    # ------------------------------------------------------------------ batch-dim operations
+    def _map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor], dense: Callable[[], None]) -> None:
+        for name, t in self._tensors().items():
+            setattr(self, name, fn(t))
+        handle = None if self.state is None else self.state.get("recurrent_state")
+        if handle is not None:
+            self.state["recurrent_state"] = None  # FLA maps every other entry of the dict
+        try:
+            dense()
+        finally:
+            if handle is not None:
+                self.state["recurrent_state"] = handle
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Gather every per-row tensor (base, log, counters, FLA's dense states) by ``beam_idx`` ``[B]``."""
+        self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)), lambda: super(
+            FLADeltaLogLayer, self).reorder_cache(beam_idx))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times (``[B, ...]`` → ``[B·repeats, ...]``)."""
+        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0),
+                        lambda: super(FLADeltaLogLayer, self).batch_repeat_interleave(repeats))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices``."""
+        self.reorder_cache(indices)
+
+    def offload(self) -> None:
+        self._map_batch(lambda t: t.to("cpu", non_blocking=True), lambda: super(FLADeltaLogLayer, self).offload())
+
+    def prefetch(self) -> None:
+        device = self.device
+        self._map_batch(lambda t: t.to(device, non_blocking=True), lambda: super(FLADeltaLogLayer, self).prefetch())
+
+    def reset(self) -> None:
+        """Forget every token (buffers kept, zeroed); the next forward is a prefill."""
+        super().reset()
+        for t in self._tensors().values():
+            t.zero_()
+
+
+def _gates(operator: str, a: dict[str, Any], g: torch.Tensor | None, beta: torch.Tensor | None, v: torch.Tensor):
+    """FLA's in-kernel gate and β arithmetic, in fp32 (``fused_recurrent_gated_delta_rule`` / ``fused_recurrent_kda``).
+
+    GDN: ``g ← -exp(A_log)·softplus(g + dt_bias)`` ``[B, 1, HV]``. KDA: ``g ← -exp(A_log)·softplus(g + dt_bias)`` or,
+    with ``lower_bound``, ``lower_bound·sigmoid(exp(A_log)·(g + dt_bias))`` ``[B, 1, HV, K]``. β ← ``sigmoid(β)``
+    (×2 with ``allow_neg_eigval``) when ``use_beta_sigmoid_in_kernel``.
+    """
+    B, _, HV, _ = v.shape
+    per_key = operator == "kda"
+    if g is None:
+        g = v.new_zeros((B, 1, HV, a["k"].shape[-1]) if per_key else (B, 1, HV), dtype=torch.float32)
+    g = g.float()
+    if a.get("use_gate_in_kernel", False):
+        A_log, dt_bias = a.get("A_log"), a.get("dt_bias")
+        if dt_bias is not None:
+            g = g + (dt_bias.float().view(HV, -1) if per_key else dt_bias.float())
+        A = A_log.float() if A_log is not None else None
+        if per_key:
+            A = A.view(HV, 1) if A is not None else None
+            if a.get("lower_bound") is not None:
+                g = a["lower_bound"] * torch.sigmoid((A.exp() if A is not None else 1.0) * g)
+            else:
+                g = -(A.exp() if A is not None else torch.tensor(1.0).exp()) * F.softplus(g)
+        else:
+            g = -A.exp() * F.softplus(g)
+    beta = torch.ones(B, 1, HV, dtype=torch.float32, device=v.device) if beta is None else beta.float()
+    if a.get("use_beta_sigmoid_in_kernel", False):
+        beta = torch.sigmoid(beta)
+        if a.get("allow_neg_eigval", False):
+            beta = beta * 2
+    return g.contiguous(), beta.contiguous()
+
+
+def _linear_layers(config: Any) -> list[bool]:
+    """Per layer: True for a recurrent layer, False for the softmax-attention layers of FLA's hybrid configs
+    (``config.attn['layers']``)."""
+    attn = getattr(config, "attn", None) or {}
+    attention = set(attn.get("layers", ()) if isinstance(attn, dict) else getattr(attn, "layers", ()) or ())
+    return [i not in attention for i in range(int(config.num_hidden_layers))]
+
+
+class FLADeltaLogCache(FLACache):
+    """FLA's ``Cache`` with DeltaLog recurrent states: what ``DeltaLogCache(model)`` builds for FLA's models.
+
+    Drop-in for FLA's ``generate``: ``model.generate(**inputs, past_key_values=DeltaLogCache(model))`` gives the
+    tokens FLA's own cache gives. ``cache[layer_idx]`` is FLA's state dict; its ``recurrent_state`` is a
+    :class:`FLADeltaLogState`. Building the cache applies :func:`hf_deltalog.patches.fla.patch_fla`.
+
+    Args:
+        model_or_config: an FLA ``RWKV6ForCausalLM`` / ``GatedDeltaNetForCausalLM`` / ``KDAForCausalLM`` (or their
+            base models), or their config.
+        merge_interval: ``M ≥ 1`` (``M = 1``: eager dense decoding). Default: 8 for RWKV6 and GatedDeltaNet, 4 for
+            KDA; on the Triton backend small GDN/KDA states decode densely (as :class:`hf_deltalog.DeltaLogCache`).
+        backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
+
+    Raises:
+        TypeError: not an FLA model/config, or a non-integer ``merge_interval``.
+        ValueError: an unsupported FLA model type, ``merge_interval`` out of range, an unknown backend.
+    """
+
+    is_compileable = False
+    _deltalog_generate_checks = True  # the generate patch calls _check_model/_before_generate/_after_generate
+
+    def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto"):
+        config = getattr(model_or_config, "config", model_or_config)
+        spec = fla_family_of(config)
+        if spec is None:
+            raise ValueError(
+                f"FLADeltaLogCache serves flash-linear-attention's {', '.join(supported_fla_model_types())} models; "
+                "got "
+                f"a {type(config).__name__} (model_type {getattr(config, 'model_type', None)!r})"
+            )
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        if backend == "triton" and _triton_decoder(spec.operator) is None:
+            raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
+                             "use backend='auto' or 'torch'")
+        self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
+        self.backend = backend
+        self.model_type = spec.model_type
+        self.spec = spec
+        super().__init__()
+        self._dims = spec.dims(config)
+        self._linear = _linear_layers(config)
+        self._auto_merge = merge_interval is None
+        self._shared = _Shared()
+        self._fingerprint = (spec.model_type, tuple(self._linear), self._dims)
+        self._ledger: torch.Tensor | None = None
+        patch_fla()  # every FLA family: a cache used by another family's layer meets a dispatcher that says so
+        from hf_deltalog.patches.registry import _patch_generation
+
+        _patch_generation()
+
+    # ------------------------------------------------------------------ layers
+    def _new_layer(self, layer_idx: int) -> FLALayer:
+        if not self._linear[layer_idx]:
+            return FLALayer()
+        return FLADeltaLogLayer(self.spec, self._dims, self.merge_interval, self.backend, layer_idx, self._shared,
+                                auto_merge_interval=self._auto_merge)
+
+    @property
+    def deltalog_layers(self) -> list[FLADeltaLogLayer]:
+        return [layer for layer in self.layers if isinstance(layer, FLADeltaLogLayer)]
+
+    @property
+    def batch_size(self) -> int:
+        return next((layer.batch_size for layer in self.deltalog_layers if layer.base is not None), -1)
+
+    def update(self, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, layer_idx: int = 0,
+               offset: int | None = 1, cache_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """FLA's ``Cache.update``: store a layer's new states (a dense recurrent state restarts that layer's log)."""
+        self._shared.status.check()
+        if not 0 <= layer_idx < len(self._linear):
+            raise self._shared.status.reject(
+                f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} config with "
+                f"{len(self._linear)} layers; build the cache from the model that uses it"
+            )
+        while len(self.layers) <= layer_idx:
+            self.layers.append(self._new_layer(len(self.layers)))
+        layer = self.layers[layer_idx]
+        if recurrent_state is not None and not isinstance(layer, FLADeltaLogLayer):
+            raise self._shared.status.reject(
+                f"the model passed a recurrent state for layer {layer_idx}, but this DeltaLogCache was built for a "
+                "config whose layer {layer_idx} is softmax attention; build the cache from the model that uses it"
+            )
+        return layer.update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
+                            ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs)
+
+    def materialize(self, layer_idx: int) -> torch.Tensor:
+        """Dense logical state of recurrent layer ``layer_idx`` in FLA's layout of the layer (``[B, HV, V, K]`` for
+        GDN/KDA, ``[B, H, K, V]`` for RWKV6), fp32, a new tensor: what FLA's own cache would hold.
+
+        Raises:
+            ValueError: not a recurrent layer, or no state yet.
+        """
+        layer = self.layers[layer_idx] if 0 <= layer_idx < len(self.layers) else None
+        if not isinstance(layer, FLADeltaLogLayer):
+            raise ValueError(f"layer {layer_idx} holds no DeltaLog state (not a recurrent layer, or not reached yet)")
+        return layer.materialize()
+
+    def memory_footprint(self) -> int:
+        """Bytes held by every cache tensor: FLA's dense states (conv, token shift, attention) and the DeltaLog
+        buffers."""
+        seen: set[int] = set()
+        total = 0
+
+        def add(t: Any) -> None:
+            nonlocal total
+            if isinstance(t, torch.Tensor):
+                if t.data_ptr() not in seen:
+                    seen.add(t.data_ptr())
+                    total += t.numel() * t.element_size()
+            elif isinstance(t, (tuple, list)):
+                for item in t:
+                    add(item)
+
+        for layer in self.layers:
+            for value in (layer.state or {}).values():
+                add(value)
+            if isinstance(layer, FLADeltaLogLayer):
+                for t in layer._tensors().values():
+                    add(t)
+        return total
+
+    # ------------------------------------------------------------------ batch and lifecycle
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``)."""
+        if isinstance(beam_idx, (list, tuple)):
+            beam_idx = torch.tensor(beam_idx)
+        if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.is_floating_point() or \
+                beam_idx.dtype == torch.bool:
+            raise TypeError(f"beam_idx must be a 1-D integer tensor of row indices; got {beam_idx!r}")
+        rows = self.batch_size
+        if rows != -1 and beam_idx.shape[0] != rows:
+            raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
+        for layer in self.layers:
+            layer.reorder_cache(beam_idx)
+        if self._ledger is not None:
+            self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        for layer in self.layers:
+            layer.batch_repeat_interleave(repeats)
+        if self._ledger is not None:
+            self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.batch_select_indices(indices)
+        if self._ledger is not None:
+            self._ledger = self._ledger[indices.to(self._ledger.device)]
+
+    def reset(self) -> None:
+        """Forget every token (a batch of another size may follow)."""
+        super().reset()
+        self._ledger = None
+        self._shared.status.broken = None
+        self._shared.cu_seqlens = None
+
+    # ------------------------------------------------------------------ generate checks (through the patch)
+    def _check_model(self, model: Any) -> None:
+        """Raise ValueError (changing nothing) unless ``model`` has the configuration this cache was built for."""
+        config = getattr(model, "config", None)
+        if config is None:
+            return
+        spec = fla_family_of(config)
+        theirs = (spec.model_type, tuple(_linear_layers(config)), spec.dims(config)) if spec is not None else (
+            getattr(config, "model_type", None),)
+        if theirs != self._fingerprint:
+            raise ValueError(
+                f"this DeltaLogCache was built for an FLA {self.model_type!r} model with recurrent layers "
+                f"{self._fingerprint[1]} and (Hk, HV, K, V) = {self._dims}, but generate was called on a "
+                f"{getattr(config, 'model_type', None)!r} model with another configuration; build the cache from the "
+                "model that uses it"
+            )
+
+    def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
+        """A cache that holds tokens can only be continued: the same rows, and either the whole conversation (ids that
+        start with the tokens the cache consumed) or only the new tokens with a mask over cached and new ones."""
+        self._shared.status.check()
+        held = self.get_seq_length()
+        if held == 0 or input_ids is None:
+            return
+        rows = self.batch_size
+        if rows not in (-1, input_ids.shape[0]):
+            raise ValueError(
+                f"this DeltaLogCache holds {rows} rows but generate was given {input_ids.shape[0]}: it cannot continue "
+                "them. For a new batch call cache.reset() or build a new DeltaLogCache"
+            )
+        if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
+            if attention_mask.shape[1] != held + input_ids.shape[1]:
+                raise ValueError(
+                    f"the cache holds {held} tokens and {input_ids.shape[1]} new ones were passed, but the attention "
+                    f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
+                )
+            return
+        if input_ids.shape[1] <= held:
+            raise ValueError(
+                f"this DeltaLogCache already holds {held} tokens; continuing it takes the whole conversation (those "
+                f"{held} tokens followed by new ones), but generate got {input_ids.shape[1]}. For an unrelated prompt "
+                "call cache.reset() or build a new DeltaLogCache"
+            )
+        ledger = self._ledger
+        if ledger is not None and ledger.shape == (input_ids.shape[0], held) and not torch.equal(
+                input_ids[:, :held].to(ledger.device), ledger):
+            raise ValueError(
+                f"the first {held} input tokens differ from the {held} tokens this DeltaLogCache consumed, so it "
+                "cannot continue them. For an unrelated prompt call cache.reset() or build a new DeltaLogCache"
+            )
+
+    def _generate_through(self, upstream: Callable, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``GenerationMixin.generate`` (``upstream``) on an FLA model with this cache.
+
+        transformers 5.24 carries the cache between steps under the name ``cache``, while FLA 0.6.0's models read
+        ``past_key_values`` (their ``forward`` swallows ``cache`` in ``**kwargs``). Two consequences, measured on tiny
+        FLA models: a cache passed to ``generate`` is rejected by ``_validate_model_kwargs`` (FLA's own ``Cache`` too),
+        and FLA's default generate builds a fresh empty cache at every step, so from the second new token its logits
+        differ from a full forward. For this call only, this method (1) skips this cache's ``cache`` entry in that
+        check, every other argument still being checked, and (2) hands the cache to the model as
+        ``past_key_values``, the name its ``forward`` reads. Nothing changes for models whose signatures name
+        ``cache``, nor for generate calls without a DeltaLog cache.
+        """
+        names = set(inspect.signature(model.prepare_inputs_for_generation).parameters) | set(
+            inspect.signature(model.forward).parameters)
+        own = vars(model)
+        if "cache" in names or "_validate_model_kwargs" in own or "prepare_inputs_for_generation" in own:
+            return upstream(model, inputs, *args, **kwargs)
+        validate, prepare = type(model)._validate_model_kwargs, type(model).prepare_inputs_for_generation
+
+        def validate_without_cache(model_kwargs: dict[str, Any]) -> None:
+            validate(model, {k: v for k, v in model_kwargs.items() if not (k == "cache" and v is self)})
+
+        @functools.wraps(model.prepare_inputs_for_generation)  # the kwarg check reads this signature
+        def prepare_with_past_key_values(*a: Any, **kw: Any) -> dict[str, Any]:
+            model_inputs = prepare(model, *a, **kw)
+            if model_inputs.get("cache") is self and model_inputs.get("past_key_values") is None:
+                model_inputs["past_key_values"] = model_inputs.pop("cache")
+            return model_inputs
+
+        model._validate_model_kwargs = validate_without_cache
+        model.prepare_inputs_for_generation = prepare_with_past_key_values
+        try:
+            return upstream(model, inputs, *args, **kwargs)
+        finally:
+            del model._validate_model_kwargs, model.prepare_inputs_for_generation
+
+    def _after_generate(self, output: Any) -> None:
+        """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
+        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+        consumed = None if sequences is None else sequences[:, :-1]
+        ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())
+        self._ledger = consumed if ok else None

@@ -1,0 +1,281 @@
+"""FLADeltaLogCache against FLA's Cache step by step, the kernel binding option by option, patching and bad input."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import transformers
+from fla.models.utils import Cache
+from helpers import DIMS, FAMILIES, generate_ours, max_abs, prompt_ids, rel_err, tiny_model
+
+import hf_deltalog
+from hf_deltalog import DeltaLogCache
+from hf_deltalog.fla_cache import FLADeltaLogCache, FLADeltaLogState
+from hf_deltalog.patches.fla import FLA_FAMILIES, is_fla_patched, patch_fla, unpatch_fla
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+
+def _states_close(ours: FLADeltaLogCache, ref: Cache, step) -> None:
+    for i in range(len(ref)):
+        mine, theirs = ours[i], ref[i]
+        assert rel_err(ours.materialize(i), theirs["recurrent_state"]) <= 1e-5, (step, i)
+        dense = [(name, a, b) for name in ("conv_state", "ffn_state") for a, b in
+                 zip(*(x[name] if isinstance(x[name], (tuple, list)) else (x[name],) for x in (mine, theirs)))]
+        for name, a, b in dense:
+            assert (a is None and b is None) or (a.shape == b.shape and max_abs(a, b) <= 1e-5), (step, i, name)
+
+
+@pytest.mark.parametrize("family,backend", [(f, "torch") for f in FAMILIES] + [("gated_deltanet", "triton")])
+def test_state_matches_fla_cache_every_step(family, backend):
+    """Drive both caches by hand (with an attention mask, so GDN/KDA unpad to packed one-token sequences): logits, the
+    materialised recurrent state (FLA's layout) and FLA's dense conv / token-shift states agree after every step,
+    through merges and a beam-style row reorder."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 5, seed=11)
+    ref, ours = Cache(), DeltaLogCache(model, merge_interval=2, backend=backend)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        a = model(ids, attention_mask=mask, past_key_values=ref, use_cache=True)
+        b = model(ids, attention_mask=mask, past_key_values=ours, use_cache=True)
+        for step in range(5):
+            assert max_abs(b.logits[:, -1], a.logits[:, -1]) <= 1e-4, step
+            _states_close(ours, ref, step)
+            if step == 2:
+                ref.reorder_cache(torch.tensor([1, 0]))
+                ours.reorder_cache(torch.tensor([1, 0]))
+                _states_close(ours, ref, "reorder")
+            nxt = a.logits[:, -1:].argmax(-1)
+            mask = torch.cat([mask, torch.ones_like(nxt)], 1)
+            a = model(nxt, attention_mask=mask, past_key_values=ref, use_cache=True)
+            b = model(nxt, attention_mask=mask, past_key_values=ours, use_cache=True)
+    assert ours.get_seq_length() == ref.get_seq_length() == 10
+    assert [layer.length.tolist() for layer in ours.deltalog_layers] == [[1, 1]] * 2  # 5 steps at M = 2
+    assert isinstance(ours[0]["recurrent_state"], FLADeltaLogState)
+
+
+def _layer_cache(family, rows, merge_interval=3, backend="torch"):
+    """A cache of the tiny config with layer 0 holding a random dense state (FLA's layout), as after a prefill."""
+    cache = DeltaLogCache(tiny_model(family).config, merge_interval=merge_interval, backend=backend)
+    Hk, HV, K, V = DIMS[family]
+    shape = (rows, HV, V, K) if FLA_FAMILIES[family].state_v_first else (rows, HV, K, V)
+    state = torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 0.5
+    cache.update(recurrent_state=state.clone(), layer_idx=0, offset=3)
+    return cache, state
+
+
+def _inputs(family, rows, packed, gen, **options):
+    """Random kernel arguments for one token per row, as FLA's layer passes them (packed: [1, N, ...] + cu_seqlens)."""
+    Hk, HV, K, V = DIMS[family]
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    if family == "rwkv6":
+        x = dict(r=r(rows, 1, HV, K), k=r(rows, 1, HV, K) * 0.5, v=r(rows, 1, HV, V),
+                 w=-torch.rand(rows, 1, HV, K, generator=gen) * 0.8, u=options.pop("u"))
+    else:
+        g = r(rows, 1, HV, K) if family == "kda" else r(rows, 1, HV)
+        x = dict(q=r(rows, 1, Hk, K), k=r(rows, 1, Hk, K), v=r(rows, 1, HV, V), g=g, beta=r(rows, 1, HV))
+    if packed:
+        x = {n: t.transpose(0, 1) if n != "u" else t for n, t in x.items()}
+        x["cu_seqlens"] = torch.arange(rows + 1)
+    return {**x, **options}
+
+
+_GATE = {
+    "gated_deltanet": dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                           state_v_first=True),
+    "kda": dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                state_v_first=True),
+}
+CASES = [
+    ("rwkv6", False, dict(scale=1.0)),  # what FLA's RWKV6 layer passes
+    ("rwkv6", False, dict()),  # default scale K^-0.5
+    ("gated_deltanet", True, dict(allow_neg_eigval=True)),  # FLA's layer under an attention mask
+    ("gated_deltanet", False, dict(allow_neg_eigval=False, scale=0.3)),
+    ("gated_deltanet", False, dict(use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False)),  # raw g, β
+    ("kda", True, dict(allow_neg_eigval=True, lower_bound=-5.0)),
+    ("kda", False, dict()),
+    ("kda", False, dict(use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False)),
+]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("family,packed,options", CASES)
+def test_bound_kernel_matches_fla_kernel(family, packed, options, backend):
+    """The patched FLA kernel symbol with our handle equals FLA's kernel on the dense state, output and state, over
+    five steps at M = 3 (a merge), for every gate option FLA's kernels take."""
+    spec = FLA_FAMILIES[family]
+    patch_fla()
+    module = importlib.import_module(spec.module)
+    bound = getattr(module, spec.recurrent)
+    upstream = bound.__deltalog_upstream__
+    rows, gen = 3, torch.Generator().manual_seed(1)
+    cache, dense = _layer_cache(family, rows, backend=backend)
+    Hk, HV, K, V = DIMS[family]
+    options = dict(_GATE.get(family, {}), **options)
+    if family == "rwkv6":
+        options["u"] = torch.randn(HV, K, generator=gen)
+    elif options.get("use_gate_in_kernel"):
+        options["A_log"] = torch.rand(HV, generator=gen) - 1.0
+        options["dt_bias"] = torch.randn(HV * K if family == "kda" else HV, generator=gen)
+    for step in range(5):
+        x = _inputs(family, rows, packed, gen, **dict(options))
+        if family != "rwkv6" and not x.get("use_gate_in_kernel"):
+            x["g"] = -torch.rand_like(x["g"]) * 0.7  # already a log-decay
+            x["beta"] = torch.rand_like(x["beta"])
+        o_ref, dense = upstream(**x, initial_state=dense, output_final_state=True)
+        o, state = bound(**x, initial_state=cache[0]["recurrent_state"], output_final_state=True)
+        assert state is cache[0]["recurrent_state"]
+        cache.update(recurrent_state=state, layer_idx=0, offset=1)
+        assert max_abs(o, o_ref) <= 1e-5, step
+        assert rel_err(cache.materialize(0), dense) <= 1e-5, step
+    assert cache.deltalog_layers[0].length.tolist() == [2] * rows  # 5 steps at M = 3: merged at the third
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_calls_the_log_does_not_cover_run_fla_on_the_dense_state(family):
+    """Two tokens per row, a packed row without a token, or output_final_state=False: FLA's kernel runs on the
+    materialised state; a returned state restarts the log, and use_cache=False leaves the cache untouched."""
+    spec = FLA_FAMILIES[family]
+    patch_fla()
+    bound = getattr(importlib.import_module(spec.module), spec.recurrent)
+    upstream = bound.__deltalog_upstream__
+    gen = torch.Generator().manual_seed(2)
+    cache, dense = _layer_cache(family, 2)
+    Hk, HV, K, V = DIMS[family]
+    options = dict(_GATE.get(family, {}))
+    if family == "rwkv6":
+        options["u"] = torch.randn(HV, K, generator=gen)
+    else:
+        options["A_log"] = torch.rand(HV, generator=gen) - 1.0
+    one = _inputs(family, 2, False, gen, **dict(options))
+    o, state = bound(**one, initial_state=cache[0]["recurrent_state"], output_final_state=True)  # one DeltaLog step
+    _, dense = upstream(**one, initial_state=dense, output_final_state=True)
+    cache.update(recurrent_state=state, layer_idx=0, offset=1)
+    two = {n: torch.cat([t, t.flip(0)], 1) if isinstance(t, torch.Tensor) and t.dim() >= 3 else t
+           for n, t in _inputs(family, 2, False, gen, **dict(options)).items()}
+    o, state = bound(**two, initial_state=cache[0]["recurrent_state"], output_final_state=False)
+    assert state is None and rel_err(cache.materialize(0), dense) <= 1e-6  # use_cache=False: untouched
+    o_ref, dense = upstream(**two, initial_state=dense, output_final_state=True)
+    o, state = bound(**two, initial_state=cache[0]["recurrent_state"], output_final_state=True)
+    assert isinstance(state, torch.Tensor) and max_abs(o, o_ref) <= 1e-5
+    cache.update(recurrent_state=state, layer_idx=0, offset=2)
+    assert cache.deltalog_layers[0].length.tolist() == [0, 0] and rel_err(cache.materialize(0), dense) <= 1e-5
+    if family != "rwkv6":  # packed rows, the second without a token (FLA's unpadding of a masked decode position)
+        x = _inputs(family, 1, True, gen, **dict(options))
+        x["cu_seqlens"] = torch.tensor([0, 0, 1])
+        o_ref, dense = upstream(**x, initial_state=dense, output_final_state=True)
+        o, state = bound(**x, initial_state=cache[0]["recurrent_state"], output_final_state=True)
+        cache.update(recurrent_state=state, layer_idx=0, offset=1)
+        assert max_abs(o, o_ref) <= 1e-5 and rel_err(cache.materialize(0), dense) <= 1e-5
+
+
+def test_patch_is_idempotent_and_revertible():
+    import fla.layers.gated_deltanet as gdn
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+    patch_fla()
+    bound = gdn.fused_recurrent_gated_delta_rule
+    assert hf_deltalog.patch(["gated_deltanet"]) == hf_deltalog.patches.patched_families()
+    assert gdn.fused_recurrent_gated_delta_rule is bound and is_fla_patched("gated_deltanet")
+    assert hf_deltalog.is_patched("kda")
+    hf_deltalog.unpatch()  # the transformers families and the FLA ones
+    assert gdn.fused_recurrent_gated_delta_rule is fused_recurrent_gated_delta_rule
+    assert gdn.chunk_gated_delta_rule is chunk_gated_delta_rule and not is_fla_patched("gated_deltanet")
+    unpatch_fla()  # idempotent
+    patch_fla("gated_deltanet")
+    assert gdn.fused_recurrent_gated_delta_rule.__deltalog_upstream__ is fused_recurrent_gated_delta_rule
+    patch_fla()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fla_cache_runs_fla_unchanged_when_patched(family):
+    """With FLA's own cache the patched symbols call FLA's kernels with the same arguments: bit-identical logits."""
+    model, ids = tiny_model(family, layers=1), prompt_ids(2, 4, seed=12)
+    with torch.no_grad():
+        unpatch_fla()
+        plain = [model(ids, past_key_values=(c := Cache()), use_cache=True).logits,
+                 model(ids[:, :1], past_key_values=c, use_cache=True).logits]
+        patch_fla()
+        patched = [model(ids, past_key_values=(c := Cache()), use_cache=True).logits,
+                   model(ids[:, :1], past_key_values=c, use_cache=True).logits]
+    assert all(torch.equal(a, b) for a, b in zip(plain, patched))
+
+
+def test_unbound_handle_raises_clearly():
+    model, ids = tiny_model("rwkv6", layers=1), prompt_ids(1, 3)
+    cache = DeltaLogCache(model)
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        unpatch_fla()
+        try:
+            with pytest.raises(RuntimeError, match="has not bound"):
+                model(ids[:, :1], past_key_values=cache, use_cache=True)
+        finally:
+            patch_fla()
+        with pytest.raises(ValueError, match="left inconsistent"):
+            model(ids[:, :1], past_key_values=cache, use_cache=True)
+        cache.reset()
+        model(ids, past_key_values=cache, use_cache=True)  # usable again after reset()
+
+
+def test_construction_errors():
+    model = tiny_model("kda", layers=1)
+    assert isinstance(DeltaLogCache(model.config), FLADeltaLogCache)  # a config works too
+    assert DeltaLogCache(model).merge_interval == 4 and DeltaLogCache(model, merge_interval=5).merge_interval == 5
+    with pytest.raises(ValueError, match="merge_interval"):
+        DeltaLogCache(model, merge_interval=0)
+    with pytest.raises(TypeError, match="merge_interval"):
+        DeltaLogCache(model, merge_interval=2.5)
+    with pytest.raises(ValueError, match="backend"):
+        DeltaLogCache(model, backend="cuda")
+    with pytest.raises(ValueError, match="serves flash-linear-attention"):
+        FLADeltaLogCache(transformers.LlamaConfig())
+
+
+def test_generate_refuses_mismatched_use_before_touching_the_cache():
+    gdn, kda = tiny_model("gated_deltanet", layers=1), tiny_model("kda", layers=1)
+    ids = prompt_ids(2, 4, seed=13)
+    cache = DeltaLogCache(gdn, merge_interval=2)
+    with pytest.raises(ValueError, match="another configuration"):
+        generate_ours(kda, ids, cache, max_new_tokens=2)
+    assert cache.get_seq_length() == 0
+    out = generate_ours(gdn, ids, cache, max_new_tokens=2, do_sample=False)
+    held = cache.get_seq_length()
+    with pytest.raises(ValueError, match="holds 2 rows"):
+        generate_ours(gdn, ids[:1], cache, max_new_tokens=2)
+    with pytest.raises(ValueError, match="differ from"):
+        generate_ours(gdn, torch.cat([out.flip(1), out[:, :1]], 1), cache, max_new_tokens=2)
+    with pytest.raises(ValueError, match="whole conversation"):
+        generate_ours(gdn, ids, cache, max_new_tokens=2)
+    assert cache.get_seq_length() == held
+    with pytest.raises(NotImplementedError, match="rollback"):  # FLA's own cache cannot roll a state back either
+        cache.crop(-1)
+
+
+def test_wrong_state_shape_is_refused():
+    cache, _ = _layer_cache("gated_deltanet", 2)
+    Hk, HV, K, V = DIMS["gated_deltanet"]
+    with pytest.raises(ValueError, match=r"layout \[N, HV, V, K\]"):
+        cache.update(recurrent_state=torch.zeros(2, HV, K, V), layer_idx=0)  # K-major: FLA's GDN keeps V-first
+    with pytest.raises(ValueError, match="left inconsistent"):
+        cache.update(conv_state=None, layer_idx=0)
+    with pytest.raises(ValueError, match="does not exist"):
+        DeltaLogCache(tiny_model("rwkv6").config).update(recurrent_state=torch.zeros(1), layer_idx=7)
+
+
+def test_gpu_plan():
+    """What a layer would do on a GPU (decided from the device type; nothing runs on one here)."""
+    cuda = torch.device("cuda")
+    gdn = DeltaLogCache(tiny_model("gated_deltanet").config)._new_layer(0)
+    assert gdn.plan(2, cpu := torch.device("cpu")) == dict(backend="torch", merge_interval=8, state_v_first=False,
+                                                           dense_fla=False)
+    # 1 KiB of fp32 state per row here: under 64 MiB FLA's dense kernel decodes (M = 1, FLA's V-first layout).
+    assert gdn.plan(2, cuda) == dict(backend="triton", merge_interval=1, state_v_first=True, dense_fla=True)
+    assert gdn.plan(1 << 16, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
+    rwkv6 = DeltaLogCache(tiny_model("rwkv6").config)._new_layer(0)  # no measured threshold; FLA's layout is [K, V]
+    assert rwkv6.plan(2, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
+    forced = DeltaLogCache(tiny_model("kda").config, merge_interval=3, backend="torch")._new_layer(0)
+    assert forced.plan(2, cuda) == dict(backend="torch", merge_interval=3, state_v_first=False, dense_fla=False)
+    assert forced.plan(2, cpu)["merge_interval"] == 3
