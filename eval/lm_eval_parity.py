@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: the cache's own)")
     parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--out", type=Path, default=None, help="folder for parity.json and parity.md")
+    parser.add_argument("--quiet", action="store_true", help="do not print the table")
     args = parser.parse_args(argv)
 
     import lm_eval
@@ -248,7 +249,8 @@ def main(argv: list[str] | None = None) -> dict:
                 seconds=time.perf_counter() - t0)
     report = dict(meta=meta, checkpoints=checkpoints)
     md = table(report)
-    print(md)
+    if not args.quiet:
+        print(md)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "parity.json").write_text(json.dumps(report, indent=1) + "\n")
