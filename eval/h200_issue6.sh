@@ -1,50 +1,75 @@
 #!/usr/bin/env bash
-# Trained tiny checkpoints and lm-eval parity on one H200 (issue 6), in one go; everything goes under $OUT.
+# Issue 6 on one H200: train the three tiny checkpoints, then lm-eval parity at batch 64 in bf16; all output in $OUT.
 #
-#   OUT=/path/to/out bash eval/h200_issue6.sh
+#   OUT=/path/to/out bash eval/h200_issue6.sh            # both stages (estimated 8-9 minutes, not yet timed)
+#   OUT=/path/to/out bash eval/h200_issue6.sh train      # stage 1 only (75 s of training per model + setup)
+#   OUT=/path/to/out bash eval/h200_issue6.sh parity DIR # stage 2 only, on DIR/{gdn,kda,rwkv6}-shakespeare
+#                                                        # (default DIR: eval/checkpoints, the committed ones)
+# Stage 1 writes $OUT/checkpoints/{gdn,kda,rwkv6}-shakespeare (copy them to eval/checkpoints/ to commit them).
+# Stage 2, the two local tasks in full (500 documents each) on each checkpoint, twice per checkpoint:
+#   - with DeltaLogCache's defaults: on a GPU, layers this small decode densely through FLA's kernel (M = 1);
+#   - with the DeltaLog log in use: M = 8 (GDN) and M = 4 (KDA), the Triton DeltaLog kernels;
+#   - RWKV6 only when DeltaLogCache accepts FLA's RWKV6 model (it is reported as skipped otherwise).
 #
-# Needs: a CUDA torch with triton, transformers 5.24, flash-linear-attention 0.6.0, hf_deltalog importable from
-# this checkout, and the packages in eval/wheels_issue6.txt (lm_eval and the dependencies its import needs).
-# Steps (about 8 minutes in all):
-#   1. train the GDN, KDA and RWKV6 checkpoints, 100 s of training each (+ about 20 s of setup and test perplexity)
-#   2. lm-eval parity of the two local tasks at batch 64 in bf16 on the GDN and KDA checkpoints, twice: with the
-#      cache's default merge interval (on the GPU small layers decode densely through FLA, M = 1) and with the
-#      DeltaLog log in use (M = 8 for GDN, M = 4 for KDA: the Triton DeltaLog kernels)
-#   3. the same parity for RWKV6 when DeltaLogCache accepts FLA's RWKV6 model (it reports "skipped" otherwise)
+# Needs: a CUDA torch with triton, transformers 5.24, flash-linear-attention 0.6.0, this checkout importable as
+# hf_deltalog, and the packages of wheels_needed.txt (lm_eval and what its import needs; pip install --no-deps).
+# Knobs for a CPU rehearsal of the script itself (not of the GPU numbers):
+#   TRAIN_ARGS="--smoke --device cpu" PARITY_ARGS="--device cpu --dtype float32 --batch-size 2 --limit 2"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the output folder}
+stage=${1:-all}
+ckdir=${2:-}
+TRAIN_ARGS=${TRAIN_ARGS:---time-budget 75}
+PARITY_ARGS=${PARITY_ARGS:---device cuda --dtype bfloat16 --batch-size 64}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
-exec > >(tee "$OUT/h200_issue6.log") 2>&1
+exec > >(tee -a "$OUT/h200_issue6.log") 2>&1
 status=0
 step() { echo "== $(date +%T) $*"; }
 
-step environment
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.csv"
-python -c "import torch, transformers, triton, fla, lm_eval, hf_deltalog; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__, 'fla', fla.__version__, 'lm_eval', lm_eval.__version__, 'hf_deltalog', hf_deltalog.__file__)" || exit 1
+step "environment ($stage)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$OUT/gpu.csv"
+python - <<'PY' | tee "$OUT/versions.txt"
+import importlib
+for name in ("torch", "triton", "transformers", "fla", "lm_eval", "hf_deltalog"):
+    try:
+        m = importlib.import_module(name)
+        print(name, getattr(m, "__version__", "?"), m.__file__)
+    except Exception as e:  # report, do not stop: a missing package fails its stage below with its own message
+        print(name, "NOT IMPORTABLE:", e)
+PY
 
-for model in gdn kda rwkv6; do
-  step "train $model"
-  timeout 240 python eval/train_tiny.py train --model "$model" --time-budget 100 --out "$OUT/checkpoints/$model-shakespeare" || status=1
-done
+if [ "$stage" = all ] || [ "$stage" = train ]; then
+  for model in gdn kda rwkv6; do
+    step "train $model"
+    # shellcheck disable=SC2086
+    timeout 200 python eval/train_tiny.py train --model "$model" $TRAIN_ARGS --out "$OUT/checkpoints/$model-shakespeare" \
+      || { echo "train $model FAILED"; status=1; }
+  done
+  ckdir=${ckdir:-$OUT/checkpoints}
+fi
 
-parity() {  # parity NAME [extra arguments]
-  local name=$1; shift
-  step "parity $name"
-  timeout 200 python eval/lm_eval_parity.py --dtype bfloat16 --device cuda --batch-size 64 --out "$OUT/parity/$name" "$@" || status=1
-}
-ck="$OUT/checkpoints"
-parity gdn_kda_bf16_default_m --pretrained "$ck/gdn-shakespeare" "$ck/kda-shakespeare"
-parity gdn_bf16_m8 --pretrained "$ck/gdn-shakespeare" --merge-interval 8
-parity kda_bf16_m4 --pretrained "$ck/kda-shakespeare" --merge-interval 4
-if python -c "
+if [ "$stage" = all ] || [ "$stage" = parity ]; then
+  ckdir=${ckdir:-eval/checkpoints}
+  parity() {  # parity NAME [arguments]
+    local name=$1; shift
+    step "parity $name"
+    # shellcheck disable=SC2086
+    timeout 240 python eval/lm_eval_parity.py $PARITY_ARGS --quiet --out "$OUT/parity/$name" "$@" \
+      && cat "$OUT/parity/$name/parity.md" || { echo "parity $name FAILED"; status=1; }
+  }
+  parity gdn_kda_default_m --pretrained "$ckdir/gdn-shakespeare" "$ckdir/kda-shakespeare"
+  parity gdn_m8 --pretrained "$ckdir/gdn-shakespeare" --merge-interval 8
+  parity kda_m4 --pretrained "$ckdir/kda-shakespeare" --merge-interval 4
+  if python -c "
 import sys, transformers, fla.models
 from hf_deltalog import DeltaLogCache
-DeltaLogCache(transformers.AutoConfig.from_pretrained(sys.argv[1]))" "$ck/rwkv6-shakespeare" 2>"$OUT/rwkv6_cache_check.txt"; then
-  parity rwkv6_bf16 --pretrained "$ck/rwkv6-shakespeare"
-else
-  step "parity rwkv6 skipped: DeltaLogCache does not accept the RWKV6 model yet (see rwkv6_cache_check.txt)"
+DeltaLogCache(transformers.AutoConfig.from_pretrained(sys.argv[1]))" "$ckdir/rwkv6-shakespeare" >"$OUT/rwkv6_cache_check.txt" 2>&1; then
+    parity rwkv6_default_m --pretrained "$ckdir/rwkv6-shakespeare"
+  else
+    step "parity rwkv6 skipped: DeltaLogCache does not accept the RWKV6 checkpoint yet (rwkv6_cache_check.txt)"
+  fi
 fi
 step "done (status $status)"
 exit $status

@@ -124,16 +124,29 @@ def train(args) -> Path:
     tokenizer = shakespeare.train_tokenizer(parts["train"], VOCAB)
     ids = {k: torch.tensor(tokenizer(v)["input_ids"]) for k, v in parts.items()}
     config = model_config(args.model, tokenizer)  # (for rwkv6 this imports fla.models, registering it with Auto*)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(device).train()
+    log = dict(model=args.model, steps=[], train_loss=[], lr=[], val=[])
+    offset_steps, offset_seconds = 0, 0.0
+    if args.init:  # continue from a checkpoint this script wrote (same model, same tokenizer)
+        prev = json.loads((args.init / "training_log.json").read_text())
+        saved_tok = json.loads((args.init / "tokenizer.json").read_text())["model"]
+        if prev["model"] != args.model or saved_tok != json.loads(tokenizer.backend_tokenizer.to_str())["model"]:
+            raise SystemExit(f"--init {args.init}: not a {args.model} checkpoint with this tokenizer")
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32).to(device).train()
+        log.update({k: prev[k] for k in ("steps", "train_loss", "lr", "val")})
+        log["resumed"] = prev.get("resumed", []) + [dict(at_step=prev["steps_run"], previous_args=prev["args"])]
+        offset_steps, offset_seconds = prev["steps_run"], prev["train_seconds"]
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(config).to(device).train()
     n_params = sum(p.numel() for p in model.parameters())
     autocast = device.type == "cuda"
     train_ids = ids["train"].to(device)
     val = windows(ids["validation"], args.seq_len + 1)[:args.val_windows].to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
-    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    g = torch.Generator(device="cpu").manual_seed(args.seed + offset_steps)  # new windows after a resume
 
-    log = dict(model=args.model, steps=[], train_loss=[], lr=[], val=[])
     best = (math.inf, 0, None)
+    if args.init:
+        best = (mean_loss(model, val, args.batch_size, autocast), offset_steps, copy.deepcopy(model.state_dict()))
     t0 = time.perf_counter()
     stalls = 0
     try:
@@ -160,14 +173,14 @@ def train(args) -> Path:
         opt.step()
         step += 1
         if step % args.log_every == 0 or step == 1:
-            log["steps"].append(step)
+            log["steps"].append(offset_steps + step)
             log["train_loss"].append(loss.item())
             log["lr"].append(lr)
         if step % args.eval_every == 0:
             v = mean_loss(model, val, args.batch_size, autocast)
-            log["val"].append([step, v, time.perf_counter() - t0])
+            log["val"].append([offset_steps + step, v, offset_seconds + time.perf_counter() - t0])
             if v < best[0]:
-                best, stalls = (v, step, copy.deepcopy(model.state_dict())), 0
+                best, stalls = (v, offset_steps + step, copy.deepcopy(model.state_dict())), 0
             else:
                 stalls += 1
             if bar:
@@ -178,7 +191,8 @@ def train(args) -> Path:
             bar.update(1)
     if bar:
         bar.close()
-    train_seconds = time.perf_counter() - t0
+    train_seconds = offset_seconds + time.perf_counter() - t0
+    step += offset_steps
     if not log["val"] or log["val"][-1][0] != step:  # a final evaluation at the last step
         v = mean_loss(model, val, args.batch_size, autocast)
         log["val"].append([step, v, train_seconds])
@@ -271,10 +285,13 @@ def main() -> None:
     t.add_argument("--patience", type=int, default=5, help="stop after this many evaluations without improvement")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--test-tokens", type=int, default=None, help="score only the first N test tokens (default: all)")
+    t.add_argument("--init", type=Path, default=None,
+                   help="continue from a checkpoint this script wrote (its curve is kept; a new warmup and decay)")
     t.add_argument("--smoke", action="store_true", help="a few tiny steps (CPU tests): 4 steps of batch 2 x 64")
     p = sub.add_parser("plot", help="draw loss_curve.png from a checkpoint's training_log.json")
     p.add_argument("dir", type=Path)
     args = parser.parse_args()
+    transformers.logging.set_verbosity_error()  # not the "reference implementation" notes of every CPU layer
     if args.command == "plot":
         print(plot(args.dir))
         return

@@ -7,7 +7,7 @@
 - log-likelihood (`loglikelihood`, `loglikelihood_rolling`, multiple choice): a request `(context, continuation)` is
   scored by cached decoding instead of one full forward: `generate` prefills the context, then the continuation is
   fed one token at a time through the same kind of fresh cache (a logits processor forces each next token), and the
-  log-probabilities come from the decode-step logits (log-softmax in fp32). So the cache, not a full forward,
+  log-probabilities come from the decode-step logits (log-softmax in fp64). So the cache, not a full forward,
   produces every score, and the two settings of `cache` differ in nothing else.
 
 Requests are batched as lm-eval batches them (sorted by length, `batch_size` rows, contexts left-padded with an
@@ -194,7 +194,9 @@ class CachedHFLM(HFLM):
         fed = out.sequences[:, width:]
         if fed.shape[1] != steps or not torch.equal(fed, forced):
             raise RuntimeError("generate did not feed the continuation tokens as forced (stopped early?)")
-        logits = torch.stack(out.logits, dim=1).float()  # [B, steps, vocab]
+        # [B, steps, vocab]; log-softmax and sums in fp64, so that the scores add no rounding of their own to the
+        # logits' (a 1-ulp difference of an fp32 sum near -100 would already be 7.6e-6)
+        logits = torch.stack(out.logits, dim=1).double()
         logp = F.log_softmax(logits, dim=-1).gather(-1, forced[..., None])[..., 0]
         greedy = logits.argmax(-1) == forced
         answers = []
