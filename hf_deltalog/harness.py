@@ -109,29 +109,15 @@ class CachedHFLM(HFLM):
         return {layer.layer_idx: dict(backend=layer.backend, merge_interval=layer.merge_interval,
                                       dense_fla=layer.dense_kernel is not None) for layer in cache.deltalog_layers}
 
-    def _generate(self, **kwargs):
+    def _with_cache(self, kwargs: dict) -> dict:
         cache = self.new_cache()
-        if cache is not None:
-            kwargs["cache"] = cache
-        with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
-                                             enabled=self.mixed_precision_dtype is not None):
-            return self.model.generate(**kwargs)
+        return kwargs if cache is None else {**kwargs, "cache": cache}
 
     # generate_until ---------------------------------------------------------------------------------------------
     def _model_generate(self, context, max_length: int, stop: list[str], **generation_kwargs) -> torch.Tensor:
-        """HFLM's generation call (same stopping criteria and sampling arguments) with a fresh cache per call."""
-        generation_kwargs["temperature"] = generation_kwargs.get("temperature", 0.0)
-        do_sample = generation_kwargs.get("do_sample")
-        if generation_kwargs["temperature"] == 0.0 and do_sample is None:
-            generation_kwargs["do_sample"] = do_sample = False
-        if do_sample is False and generation_kwargs["temperature"] == 0.0:
-            generation_kwargs.pop("temperature")
-        from lm_eval.models.utils_hf import stop_sequences_criteria
-
-        stopping = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
-        out = self._generate(input_ids=context, max_length=max_length, stopping_criteria=stopping,
-                             pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
-                             return_dict_in_generate=True, output_logits=self.record_generations, **generation_kwargs)
+        """HFLM's generation call (its stopping criteria, sampling arguments and autocast) with a fresh cache."""
+        out = super()._model_generate(context, max_length, stop, return_dict_in_generate=True,
+                                      output_logits=self.record_generations, **self._with_cache(generation_kwargs))
         if self.record_generations:
             self._record(context, generation_kwargs.get("attention_mask"), out)
         return out.sequences
@@ -187,10 +173,13 @@ class CachedHFLM(HFLM):
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=dev)
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
         forced = torch.tensor([c + [pad] * (steps - len(c)) for c in conts], device=dev)
-        out = self._generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=steps,
-                             min_new_tokens=0, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=pad,
-                             logits_processor=LogitsProcessorList([ForceTokens(forced, width)]), use_cache=True,
-                             return_dict_in_generate=True, output_logits=True)
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=steps, min_new_tokens=0,
+                      do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=pad, use_cache=True,
+                      logits_processor=LogitsProcessorList([ForceTokens(forced, width)]),
+                      return_dict_in_generate=True, output_logits=True)
+        with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                            enabled=self.mixed_precision_dtype is not None):
+            out = self.model.generate(**self._with_cache(kwargs))
         fed = out.sequences[:, width:]
         if fed.shape[1] != steps or not torch.equal(fed, forced):
             raise RuntimeError("generate did not feed the continuation tokens as forced (stopped early?)")

@@ -25,7 +25,10 @@ CHECKPOINTS = [p for p in (ROOT / "eval" / "checkpoints" / n for n in ("gdn-shak
 
 def _requests(lm, docs: int = 3) -> list:
     rows = [json.loads(line) for line in shakespeare.TASK_DOCS.read_text(encoding="utf-8").splitlines()[:docs]]
-    return [((d["context"], c), lm.tok_encode(d["context"]), lm.tok_encode(c)) for d in rows for c in d["choices"]]
+    requests = [((d["context"], c), lm.tok_encode(d["context"]), lm.tok_encode(c)) for d in rows for c in d["choices"]]
+    # a continuation with the end-of-text token inside: scoring must feed it through, not stop there
+    eos_inside = lm.tok_encode("Go") + [lm.eot_token_id] + lm.tok_encode(" thou")
+    return requests + [(("x", "y"), lm.tok_encode(rows[0]["context"]), eos_inside)]
 
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS, ids=lambda p: p.name)
