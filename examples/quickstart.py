@@ -1,11 +1,12 @@
 """Quickstart: the same generate() call with transformers' default cache and with DeltaLogCache.
 
-Builds a small Qwen3.5-architecture model (3 Gated DeltaNet layers and 1 attention layer, K = 64 ≠ V = 128,
-2 key heads for 4 value heads) from the config bundled next to this script, with random weights (nothing is
-downloaded), and a byte-level tokenizer. Generates greedily for a batch of real prompts with both caches and prints
-the texts, the token agreement and the decode time per output token of each.
+Loads the bundled trained checkpoint `eval/checkpoints/gdn-shakespeare` (a Qwen3.5-architecture Gated DeltaNet
+hybrid: 3 GDN layers with 2 key heads for 4 value heads, K = V = 128, and 1 attention layer; trained on the
+tiny-shakespeare training split by `eval/train_tiny.py`; nothing is downloaded) with its byte-level BPE tokenizer.
+Generates greedily for a batch of real prompts with both caches and prints the texts, the token agreement and the
+decode time per output token of each.
 
-    python examples/quickstart.py [--new-tokens 48] [--merge-interval 8] [--device cpu]
+    python examples/quickstart.py [--model DIR] [--new-tokens 48] [--merge-interval 8] [--device cpu]
 """
 
 from __future__ import annotations
@@ -17,42 +18,17 @@ from pathlib import Path
 
 import torch
 import transformers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_deltalog import DeltaLogCache
 
-CONFIG = Path(__file__).parent / "configs" / "qwen3_5-tiny.json"
+CHECKPOINT = Path(__file__).resolve().parents[1] / "eval" / "checkpoints" / "gdn-shakespeare"
 PROMPTS = [
-    "First Citizen: Before we proceed any further, hear me speak.",
-    "To be, or not to be, that is the question:",
-    "Now is the winter of our discontent",
-    "O Romeo, Romeo! wherefore art thou Romeo?",
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n",
+    "HAMLET:\nTo be, or not to be, that is the question:\n",
+    "GLOUCESTER:\nNow is the winter of our discontent\n",
+    "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\n",
 ]
-
-
-def byte_tokenizer() -> PreTrainedTokenizerFast:
-    """A byte-level tokenizer (one id per byte, then pad/bos/eos), built with the `tokenizers` library."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {symbol: i for i, symbol in enumerate(sorted(alphabet))}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                   padding_side="left")
-    return fast
-
-
-def build_model(device: str) -> transformers.PreTrainedModel:
-    config = AutoConfig.for_model(**{**_read(CONFIG)})
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config).to(device).eval()
-
-
-def _read(path: Path) -> dict:
-    import json
-
-    return json.loads(path.read_text())
 
 
 def timed_generate(model, inputs, cache, new_tokens: int):
@@ -70,6 +46,7 @@ def timed_generate(model, inputs, cache, new_tokens: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=CHECKPOINT, help="a from_pretrained directory")
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: 8 for GDN)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -77,8 +54,10 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.logging.set_verbosity_error()
 
-    tokenizer = byte_tokenizer()
-    model = build_model(args.device)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, local_files_only=True)
+    model = model.to(args.device).eval()
+    n_params = sum(p.numel() for p in model.parameters())
     inputs = tokenizer(PROMPTS, return_tensors="pt", padding=True).to(args.device)
     width = inputs["input_ids"].shape[1]
 
@@ -92,7 +71,7 @@ def main() -> None:
         print(f"  default cache : {tokenizer.decode(dense[i, width:], skip_special_tokens=True)!r}")
         print(f"  DeltaLogCache : {tokenizer.decode(ours[i, width:], skip_special_tokens=True)!r}")
     m = DeltaLogCache(model, merge_interval=args.merge_interval).merge_interval
-    print(f"\nmodel: {CONFIG.name} (random weights, {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params), "
+    print(f"\nmodel: {args.model.name} ({model.config.model_type}, {n_params / 1e6:.1f} M params, fp32), "
           f"batch {len(PROMPTS)}, {args.new_tokens} new tokens, device {args.device}, DeltaLog M = {m}")
     print(f"token agreement: {100 * same:.1f}% ({'identical' if same == 1.0 else 'DIFFERENT'})")
     print(f"decode ms per output token: default cache {dense_ms:.2f}, DeltaLogCache {ours_ms:.2f}")

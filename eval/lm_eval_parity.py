@@ -1,0 +1,263 @@
+"""lm-evaluation-harness parity: every task twice, with transformers' default cache and with DeltaLogCache.
+
+One `hf_deltalog.harness.CachedHFLM` per checkpoint runs each task with `cache="default"` and then `cache="deltalog"`
+(the same object: the runs differ in the cache only). Generation and log-likelihood requests both go through cached
+decoding (see the harness module). For each task it reports every metric of both runs and their difference, the
+fraction of generations that are identical, the largest per-request log-likelihood difference, and, for each
+generation that differs, the first step where the tokens part and both runs' top-2 logits there (a near tie of the
+two best tokens explains a bf16 difference). Writes `parity.json` and `parity.md` (a side-by-side table) to `--out`.
+
+Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`) and any standard
+lm-eval task name whose data is available (cached or downloadable); a task that cannot load is reported as skipped.
+
+    python eval/lm_eval_parity.py --pretrained eval/checkpoints/gdn-shakespeare eval/checkpoints/kda-shakespeare \\
+        --dtype float32 --device cpu --batch-size 16 --out eval/results/lm_eval_parity/cpu_fp32
+    python eval/lm_eval_parity.py --pretrained eval/checkpoints/gdn-shakespeare --limit 4   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import platform
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LOCAL_TASKS = HERE / "tasks"
+DEFAULT_TASKS = ("shakespeare_next_line_gen", "shakespeare_next_line_mc")
+SKIP_KEYS = ("alias", "name", "sample_len", "samples")
+
+
+def _metrics(result: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in result.items() if k not in SKIP_KEYS and "_stderr" not in k and
+            isinstance(v, (int, float))}
+
+
+def _loglikelihoods(sample: dict) -> list[float]:
+    """Per-request log-likelihoods of one document (loglikelihood / multiple-choice / rolling outputs)."""
+    out = []
+    for resp in sample["resps"]:
+        for r in resp:
+            if isinstance(r, (tuple, list)) and r and isinstance(r[0], (int, float)):
+                out.append(float(r[0]))
+            elif isinstance(r, (int, float)) and not isinstance(r, bool):
+                out.append(float(r))
+    return out
+
+
+def _generations(sample: dict) -> list[str]:
+    return [r for resp in sample["resps"] for r in resp if isinstance(r, str)]
+
+
+def _near_tie_tolerance(logit: float) -> float:
+    """Four bf16 units in the last place of `logit` (bf16 keeps 8 significant bits): two logits of a bf16 model
+    closer than this are a near tie."""
+    return 4 * 2.0 ** (math.floor(math.log2(max(abs(logit), 1e-30))) - 7)
+
+
+def explain_difference(lm, context: str, default_records: list[dict], deltalog_records: list[dict]) -> dict:
+    """Where the generations of one context part, and both runs' top-2 tokens and logits at that step."""
+    ids = lm.tok_batch_encode([context])[0][0].tolist()
+    a = next((r for r in default_records if r["context"] == ids), None)
+    b = next((r for r in deltalog_records if r["context"] == ids), None)
+    if a is None or b is None:
+        return dict(found=False)
+    step = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), None)
+    if step is None:  # one generation stopped earlier
+        return dict(found=True, first_differing_step=min(len(a["tokens"]), len(b["tokens"])), explained=False,
+                    reason="same tokens, different length")
+    if step >= len(a["top2_ids"]) or step >= len(b["top2_ids"]):
+        return dict(found=True, first_differing_step=step, explained=False, reason="no logits recorded at that step")
+    ta, tb = a["top2_ids"][step], b["top2_ids"][step]
+    la, lb = a["top2_logits"][step], b["top2_logits"][step]
+    swapped = ta[0] == tb[1] and ta[1] == tb[0]
+    margin_a, margin_b = la[0] - la[1], lb[0] - lb[1]
+    tol = _near_tie_tolerance(la[0])
+    return dict(found=True, first_differing_step=step, default_top2=[lm.tok_decode([t]) for t in ta],
+                default_top2_logits=la, deltalog_top2=[lm.tok_decode([t]) for t in tb], deltalog_top2_logits=lb,
+                default_margin=margin_a, deltalog_margin=margin_b, near_tie_tolerance=tol,
+                explained=bool(swapped and margin_a <= tol and margin_b <= tol),
+                reason="the same two best tokens in swapped order, both margins within 4 bf16 ulps" if swapped
+                else "different top-2 tokens")
+
+
+def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, list[dict]]) -> dict:
+    """Side-by-side metrics and per-request agreement of one task's two runs (lm-eval result dicts)."""
+    ma, mb = _metrics(default["results"][task]), _metrics(deltalog["results"][task])
+    metrics = {k: dict(default=ma[k], deltalog=mb.get(k), diff=None if mb.get(k) is None else mb[k] - ma[k],
+                       identical=ma[k] == mb.get(k)) for k in ma}
+    sa = {(s["doc_id"], s.get("filter")): s for s in default["samples"][task]}
+    sb = {(s["doc_id"], s.get("filter")): s for s in deltalog["samples"][task]}
+    if sa.keys() != sb.keys():
+        raise RuntimeError(f"{task}: the two runs scored different documents")
+    n_gen = n_same = 0
+    ll_diffs, differing = [], []
+    for key, x in sa.items():
+        y = sb[key]
+        ga, gb = _generations(x), _generations(y)
+        if ga:
+            n_gen += len(ga)
+            same = sum(p == q for p, q in zip(ga, gb))
+            n_same += same
+            if same < len(ga):
+                context = x["arguments"][0][0]
+                differing.append(dict(doc_id=x["doc_id"], default=ga, deltalog=gb,
+                                      **explain_difference(lm, context, records["default"], records["deltalog"])))
+        la, lb = _loglikelihoods(x), _loglikelihoods(y)
+        ll_diffs += [abs(p - q) for p, q in zip(la, lb)]
+    return dict(
+        task=task, documents=len(sa), metrics=metrics, metrics_identical=all(m["identical"] for m in metrics.values()),
+        generations=n_gen, generations_identical=n_same, generations_identical_fraction=n_same / n_gen if n_gen else None,
+        loglikelihood_requests=len(ll_diffs), max_abs_loglikelihood_diff=max(ll_diffs) if ll_diffs else None,
+        differing_generations=differing,
+        all_differences_explained=all(d.get("explained") for d in differing),
+    )
+
+
+def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_size: int, dtype: str, device: str,
+                   merge_interval: int | None, backend: str, task_manager) -> dict:
+    import torch
+    from lm_eval import simple_evaluate
+
+    from hf_deltalog.harness import CachedHFLM
+
+    _import_model_library(pretrained)
+    lm = CachedHFLM(pretrained=pretrained, device=device, dtype=dtype, batch_size=batch_size,
+                    merge_interval=merge_interval, deltalog_backend=backend, record_generations=True)
+    out = dict(checkpoint=str(pretrained), model_type=lm.model.config.model_type, tasks={}, skipped={})
+    for task in tasks:
+        runs, records, seconds = {}, {}, {}
+        try:
+            for cache in ("default", "deltalog"):
+                lm.cache = cache
+                lm.generation_records = []
+                t0 = time.perf_counter()
+                runs[cache] = simple_evaluate(model=lm, tasks=[task], limit=limit, task_manager=task_manager,
+                                             log_samples=True, bootstrap_iters=0, random_seed=0, numpy_random_seed=0,
+                                             torch_random_seed=0, fewshot_random_seed=0)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                seconds[cache] = time.perf_counter() - t0
+                records[cache] = lm.generation_records
+        except Exception as e:  # noqa: BLE001 - a standard task whose data is not available is reported, not fatal
+            if task in DEFAULT_TASKS:
+                raise
+            out["skipped"][task] = f"{type(e).__name__}: {e}"
+            continue
+        row = compare(lm, task, runs["default"], runs["deltalog"], records)
+        row.update(seconds=seconds, deltalog_plan=lm.cache_plan())
+        out["tasks"][task] = row
+    return out
+
+
+def _import_model_library(pretrained: str) -> None:
+    """Import flash-linear-attention when the checkpoint is one of its model types (it registers them with Auto*)."""
+    config = Path(pretrained) / "config.json"
+    if not config.exists():
+        return
+    model_type = json.loads(config.read_text()).get("model_type")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if model_type not in CONFIG_MAPPING_NAMES:
+        try:
+            import fla.models  # noqa: F401
+        except ImportError as e:
+            raise SystemExit(f"{pretrained}: model_type {model_type!r} is not a transformers model and "
+                             f"flash-linear-attention is not importable ({e})") from e
+
+
+def table(report: dict) -> str:
+    """The side-by-side Markdown table of a report."""
+    lines = ["| checkpoint | task | metric | default cache | DeltaLogCache | difference | identical generations | "
+             "max abs LL diff |", "|---|---|---|---|---|---|---|---|"]
+    for ck in report["checkpoints"]:
+        name = Path(ck["checkpoint"]).name
+        for task, row in ck["tasks"].items():
+            gen = ("-" if row["generations_identical_fraction"] is None else
+                   f"{100 * row['generations_identical_fraction']:.1f} % ({row['generations_identical']}/"
+                   f"{row['generations']})")
+            ll = "-" if row["max_abs_loglikelihood_diff"] is None else f"{row['max_abs_loglikelihood_diff']:.2e}"
+            for metric, m in row["metrics"].items():
+                diff = "-" if m["diff"] is None else f"{m['diff']:+.4g}"
+                lines.append(f"| {name} | {task} ({row['documents']} docs) | {metric} | {m['default']:.4f} | "
+                             f"{m['deltalog']:.4f} | {diff} | {gen} | {ll} |")
+        for task, why in ck["skipped"].items():
+            lines.append(f"| {name} | {task} | skipped: {why[:100]} | | | | | |")
+    differing = [(Path(ck["checkpoint"]).name, task, d) for ck in report["checkpoints"]
+                 for task, row in ck["tasks"].items() for d in row["differing_generations"]]
+    if differing:
+        lines += ["", "Differing generations (first differing step; top-2 tokens and logits of each run there):", "",
+                  "| checkpoint | task | doc | step | default top-2 | DeltaLog top-2 | margins | explained |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, task, d in differing:
+            if "default_top2" in d:
+                fmt = lambda toks, lg: ", ".join(f"{t!r} {v:.4f}" for t, v in zip(toks, lg))  # noqa: E731
+                lines.append(f"| {name} | {task} | {d['doc_id']} | {d['first_differing_step']} | "
+                             f"{fmt(d['default_top2'], d['default_top2_logits'])} | "
+                             f"{fmt(d['deltalog_top2'], d['deltalog_top2_logits'])} | "
+                             f"{d['default_margin']:.4f} / {d['deltalog_margin']:.4f} | {d['explained']} |")
+            else:
+                lines.append(f"| {name} | {task} | {d['doc_id']} | {d.get('first_differing_step')} | "
+                             f"{d.get('reason', 'no record')} | | | False |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pretrained", nargs="+", required=True, help="checkpoint directories (or hub ids)")
+    parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
+    parser.add_argument("--limit", type=int, default=None, help="documents per task (default: all)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    parser.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: the cache's own)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
+    parser.add_argument("--out", type=Path, default=None, help="folder for parity.json and parity.md")
+    parser.add_argument("--quiet", action="store_true", help="do not print the table")
+    args = parser.parse_args(argv)
+
+    import lm_eval
+    import torch
+    import transformers
+    from lm_eval.tasks import TaskManager
+
+    import hf_deltalog
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    local = {p.stem for p in LOCAL_TASKS.rglob("*.yaml")}
+    manager = TaskManager(include_path=str(LOCAL_TASKS), include_defaults=not set(args.tasks) <= local)
+    t0 = time.perf_counter()
+    checkpoints = [run_checkpoint(p, args.tasks, args.limit, args.batch_size, args.dtype, device, args.merge_interval,
+                                  args.backend, manager) for p in args.pretrained]
+    try:
+        import fla
+        fla_version = fla.__version__
+    except ImportError:
+        fla_version = None
+    meta = dict(device=device, device_name=torch.cuda.get_device_name() if device.startswith("cuda") else
+                platform.processor() or platform.machine(), dtype=args.dtype, batch_size=args.batch_size,
+                limit=args.limit, merge_interval=args.merge_interval, backend=args.backend,
+                torch=torch.__version__, transformers=transformers.__version__, lm_eval=lm_eval.__version__,
+                fla=fla_version, hf_deltalog=hf_deltalog.__version__, python=platform.python_version(),
+                seconds=time.perf_counter() - t0)
+    report = dict(meta=meta, checkpoints=checkpoints)
+    md = table(report)
+    if not args.quiet:
+        print(md)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "parity.json").write_text(json.dumps(report, indent=1) + "\n")
+        (args.out / "parity.md").write_text(md)
+        print(f"wrote {args.out / 'parity.json'} and {args.out / 'parity.md'}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""An lm-evaluation-harness model (a subclass of lm-eval's `HFLM`) that runs every request through a cache.
+
+`CachedHFLM(pretrained, cache="deltalog" | "default", ...)` differs from `HFLM` in two places:
+
+- generation (`generate_until`): each `generate` call gets a fresh `DeltaLogCache(model)` (`cache="deltalog"`) or
+  no cache argument at all, so transformers builds its default cache (`cache="default"`, the baseline);
+- log-likelihood (`loglikelihood`, `loglikelihood_rolling`, multiple choice): a request `(context, continuation)` is
+  scored by cached decoding instead of one full forward: `generate` prefills the context, then the continuation is
+  fed one token at a time through the same kind of fresh cache (a logits processor forces each next token), and the
+  log-probabilities come from the decode-step logits (log-softmax in fp64). So the cache, not a full forward,
+  produces every score, and the two settings of `cache` differ in nothing else.
+
+Requests are batched as lm-eval batches them (sorted by length, `batch_size` rows, contexts left-padded with an
+attention mask). With `record_generations=True` each generated row is recorded (context ids, generated ids and the
+top-2 token ids and logits of every step) in `generation_records`, which `eval/lm_eval_parity.py` uses to explain
+generations that differ between the two caches.
+
+Registered with lm-eval as model `hf-cached` (`--model hf-cached --model_args pretrained=DIR,cache=deltalog`, after
+`import hf_deltalog.harness`). Needs `lm_eval` (tested: 0.4.13).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils import Collator
+from tqdm import tqdm
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from hf_deltalog.cache import DeltaLogCache
+
+CACHES = ("deltalog", "default")
+
+
+class ForceTokens(LogitsProcessor):
+    """Teacher forcing inside `generate`: at decode step `s` every row's scores become -inf except at
+    `tokens[row, s]`, so greedy search feeds exactly `tokens` through the cache.
+
+    `tokens`: `[B, S]` int64 on the model's device; `prompt_width`: the (padded) prompt length, to read `s` off the
+    length of `input_ids`. The raw logits (`output_logits=True`) are not affected.
+    """
+
+    def __init__(self, tokens: torch.Tensor, prompt_width: int):
+        self.tokens = tokens
+        self.prompt_width = prompt_width
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[1] - self.prompt_width
+        forced = torch.full_like(scores, -math.inf)
+        return forced.scatter_(1, self.tokens[:, step:step + 1], 0.0)
+
+
+@register_model("hf-cached")
+class CachedHFLM(HFLM):
+    """lm-eval's `HFLM` with every request decoded through a fresh cache per `generate` call (see the module doc).
+
+    Args beyond `HFLM`'s:
+        cache: "deltalog" (a new `DeltaLogCache(model, merge_interval, backend)` per call) or "default"
+            (transformers' default cache for the model; the baseline).
+        merge_interval, deltalog_backend: passed to `DeltaLogCache` (`merge_interval=None`: its default).
+        record_generations: keep `generation_records` (see the module doc).
+
+    Raises:
+        ValueError: an unknown `cache`, a seq2seq model, or `batch_size="auto"` (parity needs fixed batches).
+    """
+
+    def __init__(self, pretrained: Any, cache: str = "deltalog", merge_interval: int | str | None = None,
+                 deltalog_backend: str = "auto", record_generations: bool | str = False, **kwargs):
+        super().__init__(pretrained=pretrained, **kwargs)
+        if self.backend != "causal":
+            raise ValueError(f"CachedHFLM supports decoder-only (causal) models; got backend {self.backend!r}")
+        if str(self.batch_size).startswith("auto"):
+            raise ValueError("CachedHFLM needs a fixed integer batch_size (the two caches must see the same batches)")
+        self.cache = cache
+        self.merge_interval = None if merge_interval in (None, "", "None") else int(merge_interval)
+        self.deltalog_backend = deltalog_backend
+        self.record_generations = str(record_generations).lower() in ("1", "true", "yes")
+        self.generation_records: list[dict] = []
+        self.last_cache: DeltaLogCache | None = None
+
+    @property
+    def cache(self) -> str:
+        return self._cache_kind
+
+    @cache.setter
+    def cache(self, value: str) -> None:
+        if value not in CACHES:
+            raise ValueError(f"cache must be one of {CACHES}, got {value!r}")
+        self._cache_kind = value
+
+    def new_cache(self):
+        """A fresh cache for one `generate` call: a `DeltaLogCache`, or None (transformers builds its default)."""
+        if self.cache == "default":
+            return None
+        self.last_cache = DeltaLogCache(self.model, merge_interval=self.merge_interval, backend=self.deltalog_backend)
+        return self.last_cache
+
+    def cache_plan(self) -> dict[int, dict]:
+        """How the DeltaLog layers of the last cache decoded: {layer: {backend, merge_interval, dense_fla}}
+        (empty before the first DeltaLog call). `dense_fla`: the layer ran FLA's dense kernel (M = 1 on a GPU)."""
+        cache = self.last_cache
+        if cache is None:
+            return {}
+        return {layer.layer_idx: dict(backend=layer.backend, merge_interval=layer.merge_interval,
+                                      dense_fla=layer.dense_kernel is not None) for layer in cache.deltalog_layers}
+
+    def _with_cache(self, kwargs: dict) -> dict:
+        cache = self.new_cache()
+        return kwargs if cache is None else {**kwargs, "cache": cache}
+
+    # generate_until ---------------------------------------------------------------------------------------------
+    def _model_generate(self, context, max_length: int, stop: list[str], **generation_kwargs) -> torch.Tensor:
+        """HFLM's generation call (its stopping criteria, sampling arguments and autocast) with a fresh cache."""
+        out = super()._model_generate(context, max_length, stop, return_dict_in_generate=True,
+                                      output_logits=self.record_generations, **self._with_cache(generation_kwargs))
+        if self.record_generations:
+            self._record(context, generation_kwargs.get("attention_mask"), out)
+        return out.sequences
+
+    def _record(self, context: torch.Tensor, mask: torch.Tensor | None, out) -> None:
+        width = context.shape[1]
+        logits = torch.stack(out.logits, dim=1)  # [B, steps, vocab] fp32, as generate returns them
+        top = logits.topk(2, dim=-1)
+        values, ids = top.values.cpu().tolist(), top.indices.cpu().tolist()
+        generated = out.sequences[:, width:].cpu().tolist()
+        for row in range(context.shape[0]):
+            keep = context[row] if mask is None else context[row][mask[row].bool()]
+            self.generation_records.append(dict(context=keep.cpu().tolist(), tokens=generated[row],
+                                                top2_ids=ids[row], top2_logits=values[row]))
+
+    # loglikelihood ----------------------------------------------------------------------------------------------
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
+        """Scores `(request, context_ids, continuation_ids)` by cached decoding; returns `[(logprob, is_greedy)]` in
+        request order. Truncation as in HFLM: the last `max_length + 1` tokens of context + continuation are kept."""
+        def _collate(req):
+            toks = req[1] + req[2]
+            return -len(toks), tuple(toks)
+
+        batch_size = override_bs if override_bs is not None else int(self.batch_size)
+        reorder = Collator(requests, sort_fn=_collate)
+        results = []
+        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0,
+                   desc=f"loglikelihood by cached decoding ({self.cache} cache)")
+        for chunk in reorder.get_batched(n=batch_size):
+            for (request, _, _), answer in zip(chunk, self._score_batch([(c, k) for _, c, k in chunk])):
+                results.append(answer)
+                if request is not None:
+                    self.cache_hook.add_partial("loglikelihood", request, answer)
+                bar.update(1)
+        bar.close()
+        return reorder.get_original(results)
+
+    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = self.eot_token_id
+        prompts, conts = [], []
+        for context, continuation in pairs:
+            if not context or not continuation:
+                raise ValueError("a log-likelihood request needs a non-empty context and continuation")
+            if len(continuation) > self.max_length:
+                raise ValueError(f"continuation of {len(continuation)} tokens exceeds max_length {self.max_length}")
+            whole = (context + continuation)[-(self.max_length + 1):]
+            prompts.append(whole[:len(whole) - len(continuation)])
+            conts.append(continuation)
+        width, steps = max(map(len, prompts)), max(map(len, conts))
+        dev = self.device
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=dev)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
+        forced = torch.tensor([c + [pad] * (steps - len(c)) for c in conts], device=dev)
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=steps, min_new_tokens=0,
+                      do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=pad, use_cache=True,
+                      logits_processor=LogitsProcessorList([ForceTokens(forced, width)]),
+                      return_dict_in_generate=True, output_logits=True)
+        with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                            enabled=self.mixed_precision_dtype is not None):
+            out = self.model.generate(**self._with_cache(kwargs))
+        fed = out.sequences[:, width:]
+        if fed.shape[1] != steps or not torch.equal(fed, forced):
+            raise RuntimeError("generate did not feed the continuation tokens as forced (stopped early?)")
+        # [B, steps, vocab]; log-softmax and sums in fp64, so that the scores add no rounding of their own to the
+        # logits' (a 1-ulp difference of an fp32 sum near -100 would already be 7.6e-6)
+        logits = torch.stack(out.logits, dim=1).double()
+        logp = F.log_softmax(logits, dim=-1).gather(-1, forced[..., None])[..., 0]
+        greedy = logits.argmax(-1) == forced
+        answers = []
+        for row, c in enumerate(conts):
+            answers.append((float(logp[row, :len(c)].sum()), bool(greedy[row, :len(c)].all())))
+        return answers

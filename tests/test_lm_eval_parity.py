@@ -1,0 +1,109 @@
+"""lm-eval parity on the CPU: the cached-decoding HFLM wrapper and eval/lm_eval_parity.py on the tiny checkpoints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lm_eval.models.huggingface import HFLM
+
+from hf_deltalog.harness import CachedHFLM
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "eval"))
+import lm_eval_parity  # noqa: E402
+import shakespeare  # noqa: E402
+
+# The transformers checkpoints that are committed (the GDN one always is: tests/test_tiny_checkpoints.py).
+CHECKPOINTS = [p for p in (ROOT / "eval" / "checkpoints" / n for n in ("gdn-shakespeare", "kda-shakespeare"))
+               if p.exists()]
+
+
+def _requests(lm, docs: int = 3) -> list:
+    rows = [json.loads(line) for line in shakespeare.TASK_DOCS.read_text(encoding="utf-8").splitlines()[:docs]]
+    requests = [((d["context"], c), lm.tok_encode(d["context"]), lm.tok_encode(c)) for d in rows for c in d["choices"]]
+    # a continuation with the end-of-text token inside: scoring must feed it through, not stop there
+    eos_inside = lm.tok_encode("Go") + [lm.eot_token_id] + lm.tok_encode(" thou")
+    return requests + [(("x", "y"), lm.tok_encode(rows[0]["context"]), eos_inside)]
+
+
+@pytest.mark.parametrize("checkpoint", CHECKPOINTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("cache", ["default", "deltalog"])
+def test_cached_scoring_matches_full_forward(checkpoint, cache):
+    """Scores from cached decoding (prefill, then one token at a time) equal HFLM's own full-forward scores, and the
+    greedy flags agree: the scoring path is right, whichever cache runs it."""
+    lm = CachedHFLM(pretrained=str(checkpoint), device="cpu", dtype="float32", batch_size=4, cache=cache)
+    requests = _requests(lm)
+    ours = lm._loglikelihood_tokens(requests, disable_tqdm=True)
+    full = HFLM._loglikelihood_tokens(lm, requests, disable_tqdm=True)  # upstream: one right-padded forward
+    assert [g for _, g in ours] == [g for _, g in full]
+    # fp32, chunked prefill + recurrent decode vs one chunked forward: sums of ~10-20 token log-probs of size ~1-10
+    # agree to float rounding (the largest difference seen is ~1e-5).
+    torch.testing.assert_close(torch.tensor([s for s, _ in ours]), torch.tensor([s for s, _ in full]),
+                               rtol=1e-5, atol=1e-4)
+    if cache == "deltalog":
+        plan = lm.cache_plan()
+        assert plan and all(p["merge_interval"] > 1 and p["backend"] == "torch" for p in plan.values())
+
+
+def test_unknown_cache_and_auto_batch_are_refused():
+    with pytest.raises(ValueError, match="cache must be one of"):
+        CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, cache="static")
+    with pytest.raises(ValueError, match="fixed integer batch_size"):
+        CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size="auto")
+
+
+def test_parity_cpu_fp32(tmp_path):
+    """The CI parity check: both local tasks, a few documents (two batches), GDN and KDA checkpoints, fp32 on the CPU:
+    identical metrics, 100 % identical generations, log-likelihoods within 1e-5."""
+    report = lm_eval_parity.main(["--pretrained", *map(str, CHECKPOINTS), "--limit", "6", "--batch-size", "4",
+                                  "--device", "cpu", "--dtype", "float32", "--out", str(tmp_path)])
+    assert (tmp_path / "parity.json").exists() and (tmp_path / "parity.md").read_text().count("|") > 20
+    for ck in report["checkpoints"]:
+        assert set(ck["tasks"]) == set(lm_eval_parity.DEFAULT_TASKS) and not ck["skipped"]
+        gen, mc = ck["tasks"]["shakespeare_next_line_gen"], ck["tasks"]["shakespeare_next_line_mc"]
+        for row in (gen, mc):
+            assert row["documents"] == 6 and row["metrics_identical"], row["metrics"]
+            assert all(p["merge_interval"] > 1 for p in row["deltalog_plan"].values()), row["deltalog_plan"]
+        assert gen["generations"] == 6 and gen["generations_identical_fraction"] == 1.0
+        assert mc["loglikelihood_requests"] == 24 and mc["max_abs_loglikelihood_diff"] <= 1e-5
+
+
+class _Stub:
+    """Just enough of an HFLM for `compare` / `explain_difference` on made-up runs."""
+
+    def tok_batch_encode(self, strings):
+        return torch.tensor([[ord(c) for c in strings[0]]]), None
+
+    def tok_decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+def _run(metric: float, resps: list, task: str = "t") -> dict:
+    sample = dict(doc_id=0, filter="none", arguments=[("ab", {})], resps=resps)
+    return dict(results={task: {"alias": task, "acc,none": metric, "acc_stderr,none": 0.1}}, samples={task: [sample]})
+
+
+def test_compare_reports_differences():
+    """The comparison sees a metric difference, a log-likelihood difference and a differing generation, and calls a
+    swapped near tie explained but a swap of clearly different logits not."""
+    row = lm_eval_parity.compare(_Stub(), "t", _run(0.5, [[(-1.0, False)], [(-2.0, True)]]),
+                                 _run(0.75, [[(-1.0, False)], [(-2.001, True)]]), dict(default=[], deltalog=[]))
+    assert not row["metrics_identical"] and row["metrics"]["acc,none"]["diff"] == pytest.approx(0.25)
+    assert row["max_abs_loglikelihood_diff"] == pytest.approx(1e-3)
+
+    ctx = [ord("a"), ord("b")]
+    base = dict(context=ctx, tokens=[5, 7], top2_ids=[[5, 9], [7, 8]], top2_logits=[[10.0, 9.0], [3.0, 2.99]])
+    tie = dict(context=ctx, tokens=[5, 8], top2_ids=[[5, 9], [8, 7]], top2_logits=[[10.0, 9.0], [3.0, 2.995]])
+    far = dict(context=ctx, tokens=[5, 8], top2_ids=[[5, 9], [8, 7]], top2_logits=[[10.0, 9.0], [3.0, 2.0]])
+    for other, explained in [(tie, True), (far, False)]:
+        row = lm_eval_parity.compare(_Stub(), "t", _run(0.0, [["xy"]]), _run(0.0, [["xz"]]),
+                                     dict(default=[base], deltalog=[other]))
+        assert row["generations_identical_fraction"] == 0.0 and row["metrics_identical"]
+        d = row["differing_generations"][0]
+        assert d["first_differing_step"] == 1
+        assert d["explained"] is explained and row["all_differences_explained"] is explained
