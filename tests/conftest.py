@@ -19,3 +19,12 @@ if not torch.cuda.is_available():
 
 if "fla" not in sys.modules:
     sys.modules["fla"] = None  # `import fla` raises ImportError in this process
+
+# The same choice for the Python processes a test starts (scripts, notebook kernels): code to run first there.
+HIDE_FLA = 'import sys; sys.modules.setdefault("fla", None)  # tests/conftest.py: transformers\' PyTorch path'
+
+
+def python_script_command(script, *args) -> list:
+    """``[python, -c, ...]`` that runs ``script`` as ``__main__`` with ``args``, with FLA hidden as in this process."""
+    code = f"{HIDE_FLA}\nimport runpy; sys.argv = {[str(script), *map(str, args)]!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    return [sys.executable, "-c", code]

@@ -65,8 +65,11 @@ def test_task_documents_are_the_committed_ones():
 def test_train_tiny_smoke(tmp_path):
     """A few CPU steps of the real script write a normal from_pretrained directory that loads offline."""
     out = tmp_path / "gdn"
-    run = subprocess.run([sys.executable, str(ROOT / "eval" / "train_tiny.py"), "train", "--model", "gdn", "--smoke",
-                          "--device", "cpu", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    from conftest import python_script_command
+
+    cmd = python_script_command(ROOT / "eval" / "train_tiny.py", "train", "--model", "gdn", "--smoke", "--device", "cpu",
+                                "--out", out)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     log = json.loads((out / "training_log.json").read_text())
     assert log["steps_run"] == 4 and log["architecture"] == "qwen3_5_text" and log["device"] == "cpu"
