@@ -12,7 +12,7 @@
 #   - RWKV6 only when DeltaLogCache accepts FLA's RWKV6 model (it is reported as skipped otherwise).
 #
 # Needs: a CUDA torch with triton, transformers 5.24, flash-linear-attention 0.6.0, this checkout importable as
-# hf_deltalog, and the packages of wheels_needed.txt (lm_eval and what its import needs; pip install --no-deps).
+# hf_deltalog, and the packages of eval/h200_issue6_wheels.txt (lm_eval and what its import needs; pip install --no-deps).
 # Knobs for a CPU rehearsal of the script itself (not of the GPU numbers):
 #   TRAIN_ARGS="--smoke --device cpu" PARITY_ARGS="--device cpu --dtype float32 --batch-size 2 --limit 2"
 set -uo pipefail
