@@ -84,6 +84,9 @@ def parse(argv=None):
     p.add_argument("--eager-repeats", type=int, default=1)
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--profile-steps", type=int, default=8, help="eager-launched steps profiled per graph run (0: off)")
+    p.add_argument("--record-margins", action="store_true",
+                   help="graph mode: keep every step's top-2 logit gap and report it where the caches' tokens part "
+                        "(one topk per step inside both graphs; off by default so the timed step is the plain one)")
     p.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: the cache's policy)")
     p.add_argument("--prefill-chunk-tokens", type=int, default=65536,
                    help="prefill in time chunks of at most this many tokens over the batch (activation memory)")
@@ -266,7 +269,7 @@ def run_eager(model, cache_kind, ids, mask, new_tokens, repeats, merge_interval,
 
 
 def run_graph(model, cache_kind, ids, mask, new_tokens, repeats, warmup, merge_interval, prefill_chunk,
-              profile_steps, cuda):
+              profile_steps, cuda, record_margins=False):
     import torch
     import transformers
 
@@ -279,7 +282,8 @@ def run_graph(model, cache_kind, ids, mask, new_tokens, repeats, warmup, merge_i
         cache = DeltaLogCache(model, merge_interval=merge_interval, static=True, max_cache_len=max_len)
     else:
         cache = transformers.StaticCache(config=model.config, max_cache_len=max_len)
-    dec = GraphDecoder(model, cache, capture=cuda, warmup_steps=warmup, eos_token_id=None)
+    dec = GraphDecoder(model, cache, capture=cuda, warmup_steps=warmup, eos_token_id=None,
+                       record_margins=record_margins)
     dec.prefill(ids, mask, max_new_tokens=total, prefill_chunk=prefill_chunk)
     for _ in range(warmup + 1):  # eager warm-up steps, then the capture (and its first replay)
         dec.step()
@@ -301,6 +305,8 @@ def run_graph(model, cache_kind, ids, mask, new_tokens, repeats, warmup, merge_i
     else:
         extra = dict(state=cache_state_bytes(cache))
     extra["captured"] = dec.captured
+    if record_margins:
+        extra["margins"] = dec.margins[:, :steps].cpu()
     del dec, cache
     return blocks, sequences, extra, profile
 
@@ -381,13 +387,27 @@ def _self_device_us(e):
     return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
 
 
-def agreement(a, b):
-    """Fraction of equal tokens and the first step where any row differs (None: identical)."""
+def agreement(a, b, margins_a=None, margins_b=None):
+    """Fraction of equal tokens and the first step where any row differs (None: identical). With the top-2 logit
+    margins of both runs (``[B, steps]``, graph mode with --record-margins): for every row that differs, the margin
+    each run had at that row's first differing step (``margins_at_first_difference``: the baseline's and ours, the
+    largest over rows, their median, and the row count)."""
     n = min(a.shape[1], b.shape[1])
     a, b = a[:, :n].cpu(), b[:, :n].cpu()
     differs = (a != b).any(dim=0).nonzero()
-    return dict(token_agreement=(a == b).float().mean().item(), identical=bool((a == b).all()),
-                first_differing_step=int(differs[0]) if len(differs) else None, compared_steps=n)
+    out = dict(token_agreement=(a == b).float().mean().item(), identical=bool((a == b).all()),
+               first_differing_step=int(differs[0]) if len(differs) else None, compared_steps=n)
+    if margins_a is not None and margins_b is not None:
+        rows = (a != b).any(dim=1).nonzero().flatten()
+        first = [int((a[r] != b[r]).nonzero()[0]) for r in rows.tolist()]
+        base = [float(margins_b[r, s]) for r, s in zip(rows.tolist(), first)]
+        ours = [float(margins_a[r, s]) for r, s in zip(rows.tolist(), first)]
+        out["margins_at_first_difference"] = dict(
+            rows=len(first), baseline_max=max(base, default=None), ours_max=max(ours, default=None),
+            baseline_median=statistics.median(base) if base else None,
+            ours_median=statistics.median(ours) if ours else None,
+            first_steps_median=statistics.median(first) if first else None)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -514,7 +534,7 @@ def main(argv=None):
                         if mode == "graph":
                             blocks, seqs, extra, prof = run_graph(model, cache_kind, ids, mask, a.new_tokens,
                                                                   a.repeats, a.warmup_steps, a.merge_interval, chunk,
-                                                                  a.profile_steps, cuda)
+                                                                  a.profile_steps, cuda, a.record_margins)
                         else:
                             blocks, seqs, extra = run_eager(model, cache_kind, ids, mask, a.eager_new_tokens,
                                                             a.eager_repeats, a.merge_interval, chunk, cuda)
@@ -548,9 +568,10 @@ def main(argv=None):
                         row["state_update_share"] = prof["share"]
                     other = pair.get((mode, "baseline"))
                     if cache_kind == "deltalog" and other is not None:
-                        row.update(agreement(seqs, other["seqs"]))
+                        row.update(agreement(seqs, other["seqs"], extra.get("margins"), other.get("margins")))
                         row["speedup_vs_baseline"] = other["row"]["tpot_ms"] / row["tpot_ms"]
-                    pair[(mode, "baseline" if cache_kind != "deltalog" else "ours")] = dict(seqs=seqs, row=row)
+                    pair[(mode, "baseline" if cache_kind != "deltalog" else "ours")] = dict(
+                        seqs=seqs, row=row, margins=extra.get("margins"))
                     results.add(row)
                     # Calibrate the estimates from what was measured.
                     if mode == "eager":

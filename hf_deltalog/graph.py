@@ -39,6 +39,12 @@ import torch
 __all__ = ["GraphDecoder", "GraphGenerateOutput", "graph_generate", "max_cache_len_of"]
 
 
+def _top2_margin(logits: torch.Tensor) -> torch.Tensor:
+    """``[B]`` fp32: the largest minus the second largest logit of each row of ``logits`` ``[B, vocab]``."""
+    top = logits.topk(2, dim=-1).values
+    return top[:, 0] - top[:, 1]
+
+
 def max_cache_len_of(cache: Any) -> int:
     """Attention slots per row of a static cache (the ``max_cache_len`` of its static attention layers).
 
@@ -84,14 +90,19 @@ class GraphDecoder:
         warmup_steps: eager steps before the capture (compile Triton kernels, initialise cuBLAS workspaces).
         eos_token_id: int or list of ints; rows that produced one emit ``pad_token_id`` from then on.
         pad_token_id: required with ``eos_token_id``.
+        record_margins: also keep, for every row and generated token, the gap between its largest and second largest
+            logit (fp32 ``margins`` ``[B, max_new_tokens]``, same index as ``tokens``; one ``topk`` per step inside
+            the graph). Where two caches' tokens part, a small gap there shows a near-tie rather than an error.
 
     Raises:
         ValueError: a dynamic cache, ``capture=True`` without CUDA, EOS without a pad token.
     """
 
     def __init__(self, model, cache, *, capture: bool | str = "auto", warmup_steps: int = 2,
-                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None):
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+                 record_margins: bool = False):
         self.model, self.cache = model, cache
+        self.record_margins = bool(record_margins)
         self.max_cache_len = max_cache_len_of(cache)
         device = next(model.parameters()).device
         if capture == "auto":
@@ -144,7 +155,8 @@ class GraphDecoder:
                 kw["logits_to_keep"] = 1
             out = self.model(input_ids=input_ids[:, start:end], attention_mask=mask[:, :end],
                              position_ids=position_ids[:, start:end], use_cache=True, **kw)
-        first = out.logits[:, -1, :].float().argmax(-1)
+        logits = out.logits[:, -1, :].float()
+        first = logits.argmax(-1)
 
         # Static buffers (allocated once per batch size; a captured graph keeps pointing at them).
         if self.graph is None or not hasattr(self, "tokens"):
@@ -154,6 +166,8 @@ class GraphDecoder:
             self.mask_buf = torch.ones(B, self.max_cache_len, dtype=torch.long, device=dev)
             self.unfinished = torch.ones(B, dtype=torch.bool, device=dev)
             self.step_idx = torch.zeros(1, dtype=torch.long, device=dev)
+            if self.record_margins:
+                self.margins = torch.zeros(B, max_new_tokens, dtype=torch.float32, device=dev)
         elif self.tokens.shape[1] < max_new_tokens:
             raise ValueError(f"the captured graph writes at most {self.tokens.shape[1]} tokens per row; "
                              f"got max_new_tokens={max_new_tokens}")
@@ -161,6 +175,9 @@ class GraphDecoder:
         first = self._finish_rows(first)
         self.tokens.zero_()
         self.tokens[:, 0] = first
+        if self.record_margins:
+            self.margins.zero_()
+            self.margins[:, 0] = _top2_margin(logits)
         self.step_idx.fill_(1)
         self.input_buf.copy_(first[:, None])
         self.pos_buf.copy_(position_ids[:, -1:] + 1)
@@ -185,8 +202,11 @@ class GraphDecoder:
         kw = {self._cache_kw: self.cache}
         out = self.model(input_ids=self.input_buf, attention_mask=self.mask_buf, position_ids=self.pos_buf,
                          use_cache=True, **kw)
-        nxt = self._finish_rows(out.logits[:, -1, :].float().argmax(-1))
+        logits = out.logits[:, -1, :].float()
+        nxt = self._finish_rows(logits.argmax(-1))
         self.tokens.index_copy_(1, self.step_idx, nxt[:, None])
+        if self.record_margins:
+            self.margins.index_copy_(1, self.step_idx, _top2_margin(logits)[:, None])
         self.step_idx.add_(1)
         self.input_buf.copy_(nxt[:, None])
         self.pos_buf.add_(1)

@@ -226,3 +226,21 @@ def test_log_overhead_within_budget_at_real_head_sizes(family):
     report = cache.memory_breakdown()
     overhead = (report["log"] + report["workspace"]) / report["state"]
     assert report["crop_ring"] == 0 and 0.05 < overhead <= 0.15, report
+
+
+def test_recorded_margins_are_the_top2_gaps_of_generate():
+    """record_margins keeps, per row and generated token, the gap between the two largest logits: equal to the gap in
+    generate's own scores (greedy, no logits processors) at every step, the prefill's token included."""
+    model = tiny_model("qwen3_5")
+    ids, mask = padded_prompt()
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=N, do_sample=False, eos_token_id=None,
+                             output_scores=True, return_dict_in_generate=True)
+    gaps = torch.stack([s.float().topk(2, -1).values.diff(dim=-1).neg()[:, 0] for s in ref.scores], dim=1)
+    dec = GraphDecoder(model, make_cache("deltalog", model, 7 + N), capture=False, record_margins=True)
+    dec.prefill(ids, mask, max_new_tokens=N)
+    for _ in range(N - 1):
+        dec.step()
+    assert torch.equal(dec.sequences(N), ref.sequences)
+    assert dec.margins.shape == (3, N) and (dec.margins >= 0).all()
+    torch.testing.assert_close(dec.margins, gaps, rtol=1e-5, atol=1e-5)

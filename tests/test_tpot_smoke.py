@@ -22,7 +22,7 @@ def load(name):
 def test_tpot_cpu_smoke(tmp_path):
     tpot = load("tpot")
     tpot.main(["--cpu-smoke", "--out", str(tmp_path), "--batch-sizes", "2", "--new-tokens", "3",
-               "--eager-new-tokens", "3", "--prefill-chunk-tokens", "8"])  # 2 rows x 4 tokens: a chunked prefill
+               "--eager-new-tokens", "3", "--prefill-chunk-tokens", "8", "--record-margins"])  # 2 rows x 4 tokens: a chunked prefill
     data = json.loads((tmp_path / "tpot.json").read_text())
     runs = {(r["mode"], r["cache"]): r for r in data["runs"]}
     assert set(runs) == {("graph", "static"), ("graph", "deltalog"), ("eager", "default"), ("eager", "deltalog")}
@@ -35,6 +35,7 @@ def test_tpot_cpu_smoke(tmp_path):
         assert ours["identical"] and ours["token_agreement"] == 1.0  # fp32: the caches give the same tokens
         assert ours["speedup_vs_baseline"] > 0 and ours["crop_ring_bytes"] == 0
     assert runs[("graph", "deltalog")]["captured"] is False
+    assert runs[("graph", "deltalog")]["margins_at_first_difference"]["rows"] == 0  # --record-margins, no row parts
     for cache in ("static", "deltalog"):
         prof = runs[("graph", cache)]["profile"]
         assert prof["clock"] == "cpu" and prof["steps"] == 3 and 0 < prof["share"] < 1
@@ -65,3 +66,19 @@ def test_memory_plan_of_the_full_size_architectures():
     assert tpot.plan_prompt(kimi, 64, 1024, 140, capacity, headroom)[0] == 1024
     kept, need = tpot.plan_prompt(kimi, 256, 1024, 140, capacity, headroom)
     assert 64 <= kept < 1024 and kept % 64 == 0 and need <= capacity
+
+
+def test_agreement_reports_the_margins_where_rows_part():
+    import torch
+
+    tpot = load("tpot")
+    a = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4], [5, 6, 7, 8]])
+    b = torch.tensor([[1, 2, 9, 4], [1, 2, 3, 4], [5, 0, 7, 8]])  # row 0 parts at step 2, row 2 at step 1
+    ours = torch.tensor([[0.5, 0.5, 0.01, 1.0], [1.0] * 4, [2.0, 0.02, 1.0, 1.0]])
+    base = torch.tensor([[0.5, 0.5, 0.03, 1.0], [1.0] * 4, [2.0, 0.04, 1.0, 1.0]])
+    r = tpot.agreement(a, b, ours, base)
+    assert r["first_differing_step"] == 1 and r["token_agreement"] == pytest.approx(10 / 12) and not r["identical"]
+    m = r["margins_at_first_difference"]
+    assert m["rows"] == 2 and m["baseline_max"] == pytest.approx(0.04) and m["ours_max"] == pytest.approx(0.02)
+    assert m["first_steps_median"] == 1.5
+    assert "margins_at_first_difference" not in tpot.agreement(a, b)
