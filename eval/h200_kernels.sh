@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H200 session for the decode kernels (GDN, KDA, RWKV6) and the KDA generate check; writes under $OUT.
+# One H200 run of the decode-kernel benchmarks (GDN, KDA, RWKV6) and the KDA generate check; writes under $OUT.
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 #   bash eval/h200_kernels.sh        # needs .whl/ (fla-core, flash-linear-attention, transformers) and, for the
 #                                    # ReplaySSM baseline, SGLang's wheel in .whl_ext/

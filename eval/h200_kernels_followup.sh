@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Follow-up H200 session: KDA and RWKV6 decode benchmarks (ReplaySSM KDA baseline), the experimental PDL launch of
+# Follow-up H200 run: KDA and RWKV6 decode benchmarks (ReplaySSM KDA baseline), the experimental PDL launch of
 # the GDN kernel, and the GPU generate checks; everything packed into $OUT/kernels.tar.gz (the device returns <= 8 files).
 set -u
 OUT=${OUT:-/tmp/out}
