@@ -782,7 +782,7 @@ class DeltaLogCache(DynamicCache):
         ``state`` (the dense fp32 bases: what the default cache keeps as recurrent states), ``log`` (log factors,
         decay snapshots, cumulative decays, lengths, decoded-token counters), ``workspace`` (Triton kernel scratch),
         ``crop_ring`` (pre-conv columns kept for ``crop``; 0 unless ``crop_ring=True``). The log overhead of the
-        issue's budget is ``(log + workspace) / state``.
+        memory budget (at most 15 % at the default merge intervals) is ``(log + workspace) / state``.
         """
         roles = dict(base="state", workspace="workspace", conv_ring="crop_ring", conv_pos="crop_ring")
         out = dict(state=0, log=0, workspace=0, crop_ring=0)
@@ -864,32 +864,7 @@ class DeltaLogCache(DynamicCache):
         held = int(self.get_seq_length())  # a device tensor for static attention layers (read before generate runs)
         if held == 0 or input_ids is None:
             return
-        rows = self.batch_size
-        if rows not in (-1, input_ids.shape[0]):
-            raise ValueError(
-                f"this DeltaLogCache holds {rows} rows but generate was given {input_ids.shape[0]}: it cannot continue "
-                "them. For a new batch call cache.reset() or build a new DeltaLogCache"
-            )
-        if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
-            if attention_mask.shape[1] != held + input_ids.shape[1]:
-                raise ValueError(
-                    f"the cache holds {held} tokens and {input_ids.shape[1]} new ones were passed, but the attention "
-                    f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
-                )
-            return  # only the new tokens were passed (transformers' convention)
-        if input_ids.shape[1] <= held:
-            raise ValueError(
-                f"this DeltaLogCache already holds {held} tokens; continuing it takes the whole conversation (those "
-                f"{held} tokens followed by new ones), but generate got {input_ids.shape[1]}. For an unrelated prompt "
-                "call cache.reset() or build a new DeltaLogCache"
-            )
-        ledger = self._ledger
-        if ledger is not None and ledger.shape == (input_ids.shape[0], held):
-            if not torch.equal(input_ids[:, :held].to(ledger.device), ledger):
-                raise ValueError(
-                    f"the first {held} input tokens differ from the {held} tokens this DeltaLogCache consumed, so it "
-                    "cannot continue them. For an unrelated prompt call cache.reset() or build a new DeltaLogCache"
-                )
+        _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
     def _after_generate(self, output: Any) -> None:
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
@@ -899,6 +874,38 @@ class DeltaLogCache(DynamicCache):
             self._ledger = consumed
         else:
             self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later
+
+
+def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input_ids: torch.Tensor,
+                        attention_mask: torch.Tensor | None) -> None:
+    """Raise ValueError unless ``input_ids`` ``[B, T]`` (with ``attention_mask``) continue a cache holding ``held``
+    tokens of ``rows`` rows (-1: unknown) whose consumed tokens are ``ledger`` ``[rows, held]`` (None: unknown): the
+    same rows, and either the whole conversation (ids starting with the consumed tokens) or only the new tokens with a
+    mask over cached and new ones. Shared by :class:`DeltaLogCache` and the FLA cache."""
+    if rows not in (-1, input_ids.shape[0]):
+        raise ValueError(
+            f"this DeltaLogCache holds {rows} rows but generate was given {input_ids.shape[0]}: it cannot continue "
+            "them. For a new batch call cache.reset() or build a new DeltaLogCache"
+        )
+    if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
+        if attention_mask.shape[1] != held + input_ids.shape[1]:
+            raise ValueError(
+                f"the cache holds {held} tokens and {input_ids.shape[1]} new ones were passed, but the attention "
+                f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
+            )
+        return  # only the new tokens were passed (transformers' convention)
+    if input_ids.shape[1] <= held:
+        raise ValueError(
+            f"this DeltaLogCache already holds {held} tokens; continuing it takes the whole conversation (those "
+            f"{held} tokens followed by new ones), but generate got {input_ids.shape[1]}. For an unrelated prompt "
+            "call cache.reset() or build a new DeltaLogCache"
+        )
+    if ledger is not None and ledger.shape == (input_ids.shape[0], held):
+        if not torch.equal(input_ids[:, :held].to(ledger.device), ledger):
+            raise ValueError(
+                f"the first {held} input tokens differ from the {held} tokens this DeltaLogCache consumed, so it "
+                "cannot continue them. For an unrelated prompt call cache.reset() or build a new DeltaLogCache"
+            )
 
 
 def _supported() -> list[str]:

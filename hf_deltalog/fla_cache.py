@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from fla.models.cache_utils import FLALayer
 from fla.models.utils import Cache as FLACache
 
-from hf_deltalog.cache import BACKENDS, DENSE_BELOW_STATE_BYTES, _check_merge_interval, _Status
+from hf_deltalog.cache import BACKENDS, DENSE_BELOW_STATE_BYTES, _check_continuation, _check_merge_interval, _Status
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
@@ -634,32 +634,7 @@ class FLADeltaLogCache(FLACache):
         held = self.get_seq_length()
         if held == 0 or input_ids is None:
             return
-        rows = self.batch_size
-        if rows not in (-1, input_ids.shape[0]):
-            raise ValueError(
-                f"this DeltaLogCache holds {rows} rows but generate was given {input_ids.shape[0]}: it cannot continue "
-                "them. For a new batch call cache.reset() or build a new DeltaLogCache"
-            )
-        if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
-            if attention_mask.shape[1] != held + input_ids.shape[1]:
-                raise ValueError(
-                    f"the cache holds {held} tokens and {input_ids.shape[1]} new ones were passed, but the attention "
-                    f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
-                )
-            return
-        if input_ids.shape[1] <= held:
-            raise ValueError(
-                f"this DeltaLogCache already holds {held} tokens; continuing it takes the whole conversation (those "
-                f"{held} tokens followed by new ones), but generate got {input_ids.shape[1]}. For an unrelated prompt "
-                "call cache.reset() or build a new DeltaLogCache"
-            )
-        ledger = self._ledger
-        if ledger is not None and ledger.shape == (input_ids.shape[0], held) and not torch.equal(
-                input_ids[:, :held].to(ledger.device), ledger):
-            raise ValueError(
-                f"the first {held} input tokens differ from the {held} tokens this DeltaLogCache consumed, so it "
-                "cannot continue them. For an unrelated prompt call cache.reset() or build a new DeltaLogCache"
-            )
+        _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
     def _generate_through(self, upstream: Callable, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``GenerationMixin.generate`` (``upstream``) on an FLA model with this cache.
