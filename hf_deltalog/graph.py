@@ -95,7 +95,8 @@ class GraphDecoder:
             the graph). Where two caches' tokens part, a small gap there shows a near-tie rather than an error.
 
     Raises:
-        ValueError: a dynamic cache, ``capture=True`` without CUDA, EOS without a pad token.
+        ValueError: a dynamic cache, ``capture=True`` without CUDA or with the model on several devices, EOS without a
+            pad token.
     """
 
     def __init__(self, model, cache, *, capture: bool | str = "auto", warmup_steps: int = 2,
@@ -104,9 +105,16 @@ class GraphDecoder:
         self.model, self.cache = model, cache
         self.record_margins = bool(record_margins)
         self.max_cache_len = max_cache_len_of(cache)
+        devices = {p.device for p in model.parameters()}
         device = next(model.parameters()).device
         if capture == "auto":
             capture = device.type == "cuda"
+        if capture and len(devices) > 1:
+            raise ValueError(
+                f"capture=True records one device's work in one CUDA graph, but this model's parameters are on "
+                f"{len(devices)} devices ({', '.join(sorted(map(str, devices)))}; e.g. device_map='auto' over "
+                "several GPUs). Decode such a model with capture=False here or with model.generate "
+                "(DeltaLogCache places each layer's buffers on that layer's device)")
         if capture and device.type != "cuda":
             raise ValueError(f"capture=True needs the model on a CUDA device; it is on {device}. Use capture=False")
         self.capture_graph = bool(capture)

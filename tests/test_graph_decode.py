@@ -144,6 +144,10 @@ def test_static_mode_contract():
         DeltaLogCache(pure, static=True, max_cache_len=16)
     with pytest.raises(ValueError, match="capture=True needs the model on a CUDA device"):
         GraphDecoder(model, static, capture=True)
+    split = tiny_model("qwen3_5")
+    split.lm_head.to("meta")  # parameters on two devices, as device_map='auto' over several GPUs leaves them
+    with pytest.raises(ValueError, match="parameters are on 2 devices"):
+        GraphDecoder(split, DeltaLogCache(split, static=True, max_cache_len=16), capture=True)
     dec = GraphDecoder(model, static, capture=False)
     with pytest.raises(ValueError, match="call prefill"):
         dec.step()
