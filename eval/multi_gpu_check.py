@@ -1,13 +1,14 @@
 """Two-GPU check: a checkpoint dispatched over two GPUs by accelerate (``device_map="auto"``), decoded with
 DeltaLogCache and with transformers' default cache.
 
-For each checkpoint and dtype: load with ``device_map="auto"`` and a ``max_memory`` that forces the layers onto both
-GPUs, decode a batch of test-split prompts greedily (``model.generate``) with the default cache and with
+For each checkpoint and dtype: load with ``device_map="auto"`` and a ``max_memory`` that leaves GPU 0 room for the
+embedding and half of the decoder layers (so accelerate puts the other half on GPU 1; an explicit map of the same split
+if it does not), decode a batch of test-split prompts greedily (``model.generate``) with the default cache and with
 ``DeltaLogCache(model, merge_interval=M)`` (M forced to the family's default so the log and the Triton kernel run:
 these layers are small enough that the default policy would decode them densely), and once more through the static
 mode (``DeltaLogCache(model, static=True, ...)`` driven by :func:`hf_deltalog.graph.graph_generate` with
 ``capture=False``: a captured graph covers one device). Reports, per run: the layer → device map, whether every
-DeltaLog layer's base, log and length tensors live on the device of the layer that owns them, the share of identical
+DeltaLog layer's tensors (base, log, lengths, conv state, workspace) live on the device of the layer that owns them, the share of identical
 tokens, the largest |Δlogit| over the decoded steps, and the default cache's top-2 logit margin where tokens part.
 
     python eval/multi_gpu_check.py --out eval/results/h200/multi_gpu/multi_gpu_check.json
@@ -33,7 +34,8 @@ sys.path.insert(0, str(HERE))
 from hf_deltalog import DeltaLogCache  # noqa: E402
 from hf_deltalog.graph import graph_generate  # noqa: E402
 
-CHECKPOINTS = {"gdn": (HERE / "checkpoints" / "gdn-shakespeare", 8), "kda": (HERE / "checkpoints" / "kda-shakespeare", 4)}
+CHECKPOINTS = {"gdn": (HERE / "checkpoints" / "gdn-shakespeare", 8),
+               "kda": (HERE / "checkpoints" / "kda-shakespeare", 4)}
 
 
 def prompts(tokenizer, batch: int, length: int, seed: int = 0) -> torch.Tensor:
@@ -48,14 +50,29 @@ def prompts(tokenizer, batch: int, length: int, seed: int = 0) -> torch.Tensor:
 
 def load(path: Path, dtype: torch.dtype, smoke: bool):
     if smoke:
-        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval(), "none (CPU smoke)"
     probe = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    size = sum(p.numel() * p.element_size() for p in probe.parameters())
+
+    def nbytes(module):
+        return sum(p.numel() * p.element_size() for p in module.parameters())
+
+    # GPU 0 gets room for the embedding (and the tied output head) plus the first half of the decoder layers, so
+    # accelerate's "auto" placement must put the second half on GPU 1.
+    layers = probe.model.layers
+    budget0 = nbytes(probe.model.embed_tokens) + sum(nbytes(layer) for layer in layers[:len(layers) // 2])
+    half, n, tied = len(layers) // 2, len(layers), probe.config.get_text_config().tie_word_embeddings
     del probe
-    # About half of the weights fit on GPU 0, so accelerate must place the rest on GPU 1.
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, device_map="auto", max_memory={0: int(size * 0.55), 1: 64 << 30})
-    return model.eval()
+        path, dtype=dtype, device_map="auto", max_memory={0: int(budget0 * 1.05), 1: 64 << 30})
+    if len(set(layer_devices(model))) > 1:
+        return model.eval(), "auto"
+    # accelerate kept every layer together: the same dispatch with the split spelled out.
+    explicit = {"model.embed_tokens": 0, "model.norm": 1, "model.rotary_emb": 1, "lm_head": 0 if tied else 1,
+                **{f"model.layers.{i}": int(i >= half) for i in range(n)}}
+    print(f"  device_map='auto' kept the layers on one GPU ({model.hf_device_map}); explicit map {explicit}")
+    del model
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=explicit)
+    return model.eval(), "explicit"
 
 
 def layer_devices(model) -> list[str]:
@@ -68,9 +85,8 @@ def placement_ok(model, cache) -> bool:
     ok = True
     for layer in cache.deltalog_layers:
         want = owners[layer.layer_idx]
-        for name in ("base", "length"):
-            t = getattr(layer, name, None)
-            if t is not None and str(t.device) != want:
+        for name, t in vars(layer).items():  # base, log factors, decay snapshots, lengths, conv state, workspace
+            if isinstance(t, torch.Tensor) and str(t.device) != want:
                 print(f"  layer {layer.layer_idx}: {name} on {t.device}, layer on {want}")
                 ok = False
     return ok
@@ -81,7 +97,8 @@ def compare(ref_tokens, ref_logits, tokens, logits) -> dict:
     row = dict(identical_tokens=float(same.float().mean()), identical_rows=float(same.all(-1).float().mean()))
     if logits is not None:
         steps = min(len(ref_logits), len(logits))
-        row["max_abs_dlogit"] = max(float((ref_logits[i].float() - logits[i].float()).abs().max()) for i in range(steps))
+        row["max_abs_dlogit"] = max(float((ref_logits[i].float() - logits[i].float()).abs().max())
+                                    for i in range(steps))
     parts = (~same).any(-1).nonzero().flatten().tolist()
     margins = []
     for r in parts[:8]:
@@ -95,7 +112,7 @@ def compare(ref_tokens, ref_logits, tokens, logits) -> dict:
 @torch.no_grad()
 def run(name: str, dtype: torch.dtype, a) -> list[dict]:
     path, M = CHECKPOINTS[name]
-    model = load(path, dtype, a.smoke)
+    model, placement = load(path, dtype, a.smoke)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     devices = layer_devices(model)
     print(f"[{name} {dtype}] layers on {devices}; hf_device_map={getattr(model, 'hf_device_map', None)}", flush=True)
@@ -114,7 +131,8 @@ def run(name: str, dtype: torch.dtype, a) -> list[dict]:
         cache = DeltaLogCache(model, merge_interval=M_run)
         out = model.generate(ids, past_key_values=cache, **gen)
         row = dict(checkpoint=name, dtype=str(dtype).removeprefix("torch."), mode="generate",
-                   merge_interval=M_run or "default", layer_devices=devices, placement_ok=placement_ok(model, cache),
+                   merge_interval=M_run or "default", device_map=placement, layer_devices=devices,
+                   placement_ok=placement_ok(model, cache),
                    **compare(ref_tokens, ref_logits, out.sequences[:, ids.shape[1]:].cpu(),
                              [x.cpu() for x in out.logits]))
         print(f"  {row['mode']} M={row['merge_interval']}: identical {row['identical_tokens']:.4f}, max|dlogit| "
@@ -124,7 +142,8 @@ def run(name: str, dtype: torch.dtype, a) -> list[dict]:
     out = graph_generate(model, ids, cache=cache, max_new_tokens=a.new_tokens, capture=False,
                          pad_token_id=tok.pad_token_id)
     row = dict(checkpoint=name, dtype=str(dtype).removeprefix("torch."), mode="static, graph_generate(capture=False)",
-               merge_interval=M, layer_devices=devices, placement_ok=placement_ok(model, cache),
+               merge_interval=M, device_map=placement, layer_devices=devices,
+               placement_ok=placement_ok(model, cache),
                **compare(ref_tokens, ref_logits, out.sequences[:, ids.shape[1]:].cpu(), None))
     print(f"  static M={M}: identical {row['identical_tokens']:.4f}, placement "
           f"{'ok' if row['placement_ok'] else 'WRONG'} ({time.perf_counter() - t0:.1f}s)", flush=True)
