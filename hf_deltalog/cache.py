@@ -63,10 +63,23 @@ def _fla_dense_decode(operator: str) -> Callable | None:
 class _Status:
     """State shared by a cache and its layers: why the cache is unusable, if a rejected call left it half-updated."""
 
-    __slots__ = ("broken",)
+    __slots__ = ("broken", "step_counters")
 
     def __init__(self) -> None:
         self.broken: str | None = None
+        # Static mode: one decode-step counter per device ([] int64 device tensor, owner layer index). Only the owner,
+        # the first DeltaLog layer allocated on that device, advances it: one tiny kernel per step in the captured
+        # graph instead of one per layer.
+        self.step_counters: dict[torch.device, tuple[torch.Tensor, int]] = {}
+
+    def step_counter(self, device: torch.device, layer_idx: int) -> tuple[torch.Tensor, bool]:
+        """The decode-step counter of ``device`` (created at 0 on first use) and whether ``layer_idx`` advances it."""
+        if device not in self.step_counters:
+            counter = torch.zeros((), dtype=torch.int64, device=device)
+            torch._dynamo.mark_static_address(counter)
+            self.step_counters[device] = (counter, layer_idx)
+        counter, owner = self.step_counters[device]
+        return counter, owner == layer_idx
 
     def reject(self, message: str) -> ValueError:
         """Record that a forward was refused part-way (earlier layers may already have advanced) and build the error."""
@@ -157,7 +170,11 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.static = static
         self.is_compileable = static
         self.crop_ring = crop_ring
-        self.decoded: torch.Tensor | None = None  # static mode: tokens decoded since the last prefill (device, int64)
+        # Static mode: decode steps are counted on the device by a counter shared by the cache's layers on that device
+        # (`_Status.step_counter`); this layer's count is the counter minus `_counter_mark`, its value at the last fold.
+        self.step_counter: torch.Tensor | None = None
+        self.owns_step_counter = False
+        self._counter_mark = 0
         self.status = status if status is not None else _Status()
         self.spec = spec
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
@@ -173,7 +190,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._names: tuple[str, ...] = ()
         self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = None
         self.workspace = self.conv_ring = self.conv_pos = None
-        self._seen = 0  # tokens consumed (host counter; static mode: those of prefills, decode steps are in `decoded`)
+        self._seen = 0  # tokens consumed (host count; static mode: decode steps are on the device step counter)
         self._pending = 0  # tokens of the current forward seen by update_conv_state
 
     # ------------------------------------------------------------------ buffers
@@ -237,8 +254,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             self.conv_pos = torch.zeros(batch, dtype=torch.int64, device=device)
             self._names += ("conv_ring", "conv_pos")
         if self.static:
-            self.decoded = torch.zeros((), dtype=torch.int64, device=device)
-            self._names += ("decoded",)
+            self.step_counter, self.owns_step_counter = self.status.step_counter(device, self.layer_idx)
+            self._counter_mark = int(self.step_counter)  # allocation happens on a prefill, never on the decode path
         if self.backend == "triton":
             self.workspace = _triton_kernels(self.spec.operator)[1](batch, Hk, HV, K, C, device)  # kernel scratch
             self._names += ("workspace",)
@@ -288,7 +305,8 @@ class DeltaLogLayer(LinearAttentionLayer):
                 raise self.status.reject(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
             if self.static:
                 # No host state changes on the decode path: a captured graph replays only device work.
-                self.decoded.add_(1)
+                if self.owns_step_counter:
+                    self.step_counter.add_(1)
             else:
                 self._seen += self._pending or 1
             self._pending = 0
@@ -311,15 +329,28 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.crop_ring:
             self._seed_conv_ring()
         if self.static:
-            self._seen = self.seen_tokens()  # fold the decoded steps into the host count (outside the decode path)
-            self.decoded.zero_()
+            self._fold_decoded()  # outside the decode path
         self._seen += self._pending
         self._pending = 0
         return self.handle
 
     def seen_tokens(self) -> int:
         """Tokens this layer consumed (reads the device counter in static mode: not for the decode path)."""
-        return self._seen + (int(self.decoded) if self.static and self.decoded is not None else 0)
+        return self._seen + self.decoded_steps()
+
+    def decoded_steps(self) -> int:
+        """Static mode: decode steps since the last prefill, crop or reset (a host read of the device counter);
+        0 otherwise."""
+        if not self.static or self.step_counter is None:
+            return 0
+        return int(self.step_counter) - self._counter_mark
+
+    def _fold_decoded(self) -> None:
+        """Move the decoded steps into the host count (static mode; reads the device counter: not on the decode path)."""
+        if self.step_counter is not None:
+            counter = int(self.step_counter)
+            self._seen += counter - self._counter_mark
+            self._counter_mark = counter
 
     def _seed_conv_ring(self) -> None:
         """Put the current conv window (its last W columns) at ring positions 0..W−1."""
@@ -445,6 +476,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             self.has_previous_state[i] = False
         for t in self._tensors().values():
             t.zero_()
+        if self.step_counter is not None:
+            self._counter_mark = int(self.step_counter)  # the shared counter runs on; this layer starts from here
         self._seen = 0
         self._pending = 0
 
@@ -507,8 +540,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             return
         W = self.conv_kernel_size[0]
         if n > 0 and self.static:
-            self._seen = self.seen_tokens()
-            self.decoded.zero_()
+            self._fold_decoded()
         if n > 0:
             self.length.sub_(n)
             last = (self.length.to(torch.int64) - 1).clamp(min=0)
@@ -780,7 +812,7 @@ class DeltaLogCache(DynamicCache):
         """Bytes of the linear-attention layers' buffers by role, summed over layers (0 before the first prefill):
 
         ``state`` (the dense fp32 bases: what the default cache keeps as recurrent states), ``log`` (log factors,
-        decay snapshots, cumulative decays, lengths, decoded-token counters), ``workspace`` (Triton kernel scratch),
+        decay snapshots, cumulative decays, lengths), ``workspace`` (Triton kernel scratch),
         ``crop_ring`` (pre-conv columns kept for ``crop``; 0 unless ``crop_ring=True``). The log overhead of the
         memory budget (at most 15 % at the default merge intervals) is ``(log + workspace) / state``.
         """

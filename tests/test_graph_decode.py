@@ -6,6 +6,7 @@ and — run by the same loop that captures it on a GPU — gives the tokens of t
 cache, for DeltaLogCache and transformers' own StaticCache alike (the loop is cache-agnostic).
 """
 
+import copy
 import pytest
 import torch
 import transformers
@@ -122,7 +123,10 @@ def test_decode_step_is_graph_safe(family, kind):
             for layer in getattr(cache, "deltalog_layers", [])] == host
     if kind == "deltalog":
         assert [p[0] for p in phases] == [1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]  # appends and merges, M = 3
-        assert all(int(layer.decoded) == 11 for layer in cache.deltalog_layers)
+        assert all(layer.decoded_steps() == 11 for layer in cache.deltalog_layers)
+        # One step counter per device, advanced by one layer (one node per step in a captured graph, not one per layer).
+        assert sum(layer.owns_step_counter for layer in cache.deltalog_layers) == 1
+        assert len({layer.step_counter.data_ptr() for layer in cache.deltalog_layers}) == 1
         assert int(cache.get_seq_length()) == 7 + 1 + 11 - 1  # prompt + fed tokens (the last one is not fed yet)
 
 
@@ -144,7 +148,7 @@ def test_static_mode_contract():
         DeltaLogCache(pure, static=True, max_cache_len=16)
     with pytest.raises(ValueError, match="capture=True needs the model on a CUDA device"):
         GraphDecoder(model, static, capture=True)
-    split = tiny_model("qwen3_5")
+    split = copy.deepcopy(model)  # the cached tiny model must stay intact for other tests
     split.lm_head.to("meta")  # parameters on two devices, as device_map='auto' over several GPUs leaves them
     with pytest.raises(ValueError, match="parameters are on 2 devices"):
         GraphDecoder(split, DeltaLogCache(split, static=True, max_cache_len=16), capture=True)
