@@ -87,6 +87,10 @@ def parse(argv=None):
     p.add_argument("--record-margins", action="store_true",
                    help="graph mode: keep every step's top-2 logit gap and report it where the caches' tokens part "
                         "(one topk per step inside both graphs; off by default so the timed step is the plain one)")
+    p.add_argument("--control-batch-sizes", type=int, nargs="*", default=None,
+                   help="graph mode: at these batch sizes also run the static baseline a second time with the prompt "
+                        "prefilled in chunks of other boundaries (same math, other rounding) and report its token "
+                        "agreement with the first: how far rounding alone moves this model's greedy tokens")
     p.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: the cache's policy)")
     p.add_argument("--prefill-chunk-tokens", type=int, default=65536,
                    help="prefill in time chunks of at most this many tokens over the batch (activation memory)")
@@ -510,7 +514,10 @@ def main(argv=None):
             for mode in a.modes:
                 if mode == "eager" and a.eager_batch_sizes is not None and batch not in a.eager_batch_sizes:
                     continue
-                for cache_kind in (("static", "deltalog") if mode == "graph" else ("default", "deltalog")):
+                kinds = ("static", "deltalog") if mode == "graph" else ("default", "deltalog")
+                if mode == "graph" and batch in (a.control_batch_sizes or ()):
+                    kinds += ("static_control",)
+                for cache_kind in kinds:
                     if mode == "graph":
                         steps = a.warmup_steps + 1 + a.repeats * a.new_tokens + a.profile_steps
                         est = estimate_s(mode, batch, prompt_len, steps, measured)
@@ -532,9 +539,12 @@ def main(argv=None):
                     t_run = time.perf_counter()
                     try:
                         if mode == "graph":
+                            # The control prefills the same prompt in chunks of other boundaries (the same math,
+                            # other rounding), so it measures how far rounding alone moves this model's tokens.
+                            run_chunk = chunk if cache_kind != "static_control" else max(1, min(chunk, prompt_len) // 2)
                             blocks, seqs, extra, prof = run_graph(model, cache_kind, ids, mask, a.new_tokens,
-                                                                  a.repeats, a.warmup_steps, a.merge_interval, chunk,
-                                                                  a.profile_steps, cuda, a.record_margins)
+                                                                  a.repeats, a.warmup_steps, a.merge_interval,
+                                                                  run_chunk, a.profile_steps, cuda, a.record_margins)
                         else:
                             blocks, seqs, extra = run_eager(model, cache_kind, ids, mask, a.eager_new_tokens,
                                                             a.eager_repeats, a.merge_interval, chunk, cuda)
@@ -567,10 +577,12 @@ def main(argv=None):
                         row["profile"] = prof
                         row["state_update_share"] = prof["share"]
                     other = pair.get((mode, "baseline"))
-                    if cache_kind == "deltalog" and other is not None:
+                    if cache_kind in ("deltalog", "static_control") and other is not None:
                         row.update(agreement(seqs, other["seqs"], extra.get("margins"), other.get("margins")))
                         row["speedup_vs_baseline"] = other["row"]["tpot_ms"] / row["tpot_ms"]
-                    pair[(mode, "baseline" if cache_kind != "deltalog" else "ours")] = dict(
+                    if cache_kind == "static_control":
+                        row["control_prefill_chunk"] = run_chunk
+                    pair[(mode, {"static": "baseline", "default": "baseline"}.get(cache_kind, cache_kind))] = dict(
                         seqs=seqs, row=row, margins=extra.get("margins"))
                     results.add(row)
                     # Calibrate the estimates from what was measured.

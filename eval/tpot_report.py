@@ -35,9 +35,11 @@ def _fmt(x, spec=".2f", none="–"):
 
 def table(data) -> str:
     """Markdown table: per model and batch size, TPOT of both caches in each mode, speedup, token agreement, peak
-    memory, the share of GPU time in recurrent-state updates and the DeltaLog buffers' overhead."""
+    memory, the share of GPU time in recurrent-state updates, the DeltaLog buffers' overhead and, where tokens part
+    (graph runs with --record-margins), the median first differing step and the baseline's top-2 logit margin
+    there (median / largest over the rows that part)."""
     head = ("| model | B | prompt | mode | baseline ms/tok | DeltaLog ms/tok | speedup | tokens equal | "
-            "peak GiB (base / ours) | state-update share (base / ours) | log overhead |")
+            "peak GiB (base / ours) | state-update share (base / ours) | log overhead | where tokens part |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     keys = sorted({(r["model"], r["batch"], r["mode"]) for r in data["runs"]},
                   key=lambda k: (k[0], k[1], k[2] != "graph"))
@@ -45,6 +47,7 @@ def table(data) -> str:
         base = next(iter(_runs(data, model=model, batch=batch, mode=mode, cache="static" if mode == "graph"
                                else "default")), None)
         ours = next(iter(_runs(data, model=model, batch=batch, mode=mode, cache="deltalog")), None)
+        control = next(iter(_runs(data, model=model, batch=batch, mode=mode, cache="static_control")), None)
         ref = ours or base
         share = f"{_fmt(base and base.get('state_update_share'), '.1%')} / {_fmt(ours and ours.get('state_update_share'), '.1%')}"
         mem = f"{_fmt(base and base.get('peak_memory_gib'), '.1f')} / {_fmt(ours and ours.get('peak_memory_gib'), '.1f')}"
@@ -54,8 +57,25 @@ def table(data) -> str:
             f"| {model} | {batch} | {ref['prompt_len']} | {mode} | {_fmt(base and base['tpot_ms'])}{spread(base)} | "
             f"{_fmt(ours and ours['tpot_ms'])}{spread(ours)} | {_fmt(ours and ours.get('speedup_vs_baseline'), '.3f')}× | "
             f"{_fmt(ours and ours.get('token_agreement'), '.1%')} | {mem} | {share} | "
-            f"{_fmt(ours and ours.get('log_overhead'), '.1%')} |")
+            f"{_fmt(ours and ours.get('log_overhead'), '.1%')} | {_parting(ours)}{_control(control)} |")
     return "\n".join(lines)
+
+
+def _control(run) -> str:
+    """The baseline against itself with other prefill chunks (--control-batch-sizes), or ''."""
+    if not run or run.get("token_agreement") is None:
+        return ""
+    return f"; control (baseline, prefill chunks of {run['control_prefill_chunk']}): " + \
+        f"{run['token_agreement']:.1%} equal, {_parting(run)}"
+
+
+def _parting(run) -> str:
+    """'step s, margin m̃ / max' of the baseline at the first differing step of each parting row, or '–'."""
+    m = (run or {}).get("margins_at_first_difference")
+    if not m or not m.get("rows"):
+        return "–"
+    return (f"{m['rows']} rows, step {m['first_steps_median']:g}, margin {m['baseline_median']:.3f} / "
+            f"{m['baseline_max']:.3f}")
 
 
 def _axes(plt, n):

@@ -22,10 +22,12 @@ def load(name):
 def test_tpot_cpu_smoke(tmp_path):
     tpot = load("tpot")
     tpot.main(["--cpu-smoke", "--out", str(tmp_path), "--batch-sizes", "2", "--new-tokens", "3",
-               "--eager-new-tokens", "3", "--prefill-chunk-tokens", "8", "--record-margins"])  # 2 rows x 4 tokens: a chunked prefill
+               "--eager-new-tokens", "3", "--prefill-chunk-tokens", "8", "--record-margins",  # 2 rows x 4 tokens: chunked
+               "--control-batch-sizes", "2"])
     data = json.loads((tmp_path / "tpot.json").read_text())
     runs = {(r["mode"], r["cache"]): r for r in data["runs"]}
-    assert set(runs) == {("graph", "static"), ("graph", "deltalog"), ("eager", "default"), ("eager", "deltalog")}
+    assert set(runs) == {("graph", "static"), ("graph", "deltalog"), ("graph", "static_control"), ("eager", "default"),
+                         ("eager", "deltalog")}
     assert data["skipped"] == []
     for (mode, cache), r in runs.items():
         assert r["batch"] == 2 and r["prompt_len"] == 8 and r["tpot_ms"] > 0
@@ -36,10 +38,12 @@ def test_tpot_cpu_smoke(tmp_path):
         assert ours["speedup_vs_baseline"] > 0 and ours["crop_ring_bytes"] == 0
     assert runs[("graph", "deltalog")]["captured"] is False
     assert runs[("graph", "deltalog")]["margins_at_first_difference"]["rows"] == 0  # --record-margins, no row parts
-    for cache in ("static", "deltalog"):
+    control = runs[("graph", "static_control")]  # the baseline again, prompt prefilled in chunks of 2 instead of 4
+    assert control["control_prefill_chunk"] == 2 and control["token_agreement"] == 1.0
+    for cache in ("static", "deltalog", "static_control"):
         prof = runs[("graph", cache)]["profile"]
         assert prof["clock"] == "cpu" and prof["steps"] == 3 and 0 < prof["share"] < 1
-    assert (tmp_path / "tpot.csv").read_text().count("\n") == 5
+    assert (tmp_path / "tpot.csv").read_text().count("\n") == 6
 
     report = load("tpot_report")
     pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (the dev extra installs it)")
@@ -47,6 +51,7 @@ def test_tpot_cpu_smoke(tmp_path):
     for png in ("tpot.png", "tpot_speedup.png", "state_update_share.png"):
         assert (tmp_path / png).stat().st_size > 1000
     assert "| smoke | 2 | 8 | graph |" in report.table(data)
+    assert "control (baseline, prefill chunks of 2): 100.0% equal" in report.table(data)
 
 
 def test_memory_plan_of_the_full_size_architectures():
