@@ -46,6 +46,26 @@ def test_bench_tune_select_cpu_smoke(tmp_path):
     assert [r["layout"] for r in ours] == ["VK"] and ours[0]["amortized_us"] > 0
 
 
+def test_bench_tune_skip_main_cpu_smoke(tmp_path):
+    """--tune --skip-main (the RWKV6/KDA launch-option sweep of eval/h200_round3_kernels.sh): the sweep over
+    block_v x num_warps runs and nothing else; the watchdog option is accepted and switched off again afterwards."""
+    import faulthandler
+
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--operator", "rwkv6", "--tune", "--skip-main", "--no-numerics", "--no-compile",
+                "--watchdog-s", "600", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "bench_rwkv6_decode.json").read_text())
+    assert result["rows"] == [] and "numerics" not in result
+    tuned = [r for r in result["tune"] if r.get("amortized_us")]
+    assert len(tuned) == 3 and tuned[0]["options"] == {} and all(r["options"] == {} or set(r["options"]) ==
+                                                                 {"block_v", "num_warps"} for r in tuned)
+    assert bench.WATCHDOG_S == 0.0
+    faulthandler.cancel_dump_traceback_later()  # no-op when nothing is armed (the script cancelled its own)
+
+
 def _generate_check():
     spec = importlib.util.spec_from_file_location("gpu_generate_check", SCRIPT.parent / "gpu_generate_check.py")
     check = importlib.util.module_from_spec(spec)
