@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import faulthandler
 import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,6 +57,34 @@ if str(REPO_ROOT) not in sys.path:
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+WATCHDOG_S = 0.0  # --watchdog-s: a stall this long without a progress() line dumps every thread's stack to stderr
+
+
+def progress(msg: str) -> None:
+    """A progress line before each measurement; re-arms the watchdog, so a stall shows where it is."""
+    log(msg)
+    if WATCHDOG_S > 0:
+        faulthandler.dump_traceback_later(WATCHDOG_S, repeat=True)
+
+
+def start_watchdog(seconds: float) -> None:
+    """Stack dumps on a stall (no progress() for ``seconds``, repeated) and on SIGTERM (what ``timeout`` sends), so a
+    killed or hung run shows the Python line it was on; the default SIGTERM action (exit) still follows."""
+    global WATCHDOG_S
+    WATCHDOG_S = seconds
+    if seconds > 0:
+        faulthandler.dump_traceback_later(seconds, repeat=True)
+        faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+
+
+def stop_watchdog() -> None:
+    global WATCHDOG_S
+    if WATCHDOG_S > 0:
+        faulthandler.cancel_dump_traceback_later()
+        faulthandler.unregister(signal.SIGTERM)
+    WATCHDOG_S = 0.0
 
 
 class Operator:
@@ -90,13 +120,17 @@ class Operator:
 
     def fla(self, fla, x, state, v_first, scale):
         """One dense step of FLA's kernel on inputs ``x`` (as make_inputs builds them); returns ``(o, new state)``."""
+        self.check_fla_layout(v_first)
         if self.name == "rwkv6":
-            if v_first:
-                raise NotImplementedError("FLA's fused_recurrent_rwkv6 has only the [K, V] state layout")
             return fla(*x, scale=scale, initial_state=state, output_final_state=True)
         q, k, v, g, beta = x
         return fla(q, k, v, g=g, beta=beta, scale=scale, initial_state=state, output_final_state=True,
                    use_qk_l2norm_in_kernel=True, state_v_first=v_first)
+
+    def check_fla_layout(self, v_first):
+        """Raise NotImplementedError where FLA's kernel lacks the state layout (before any state is allocated)."""
+        if self.name == "rwkv6" and v_first:
+            raise NotImplementedError("FLA's fused_recurrent_rwkv6 has only the [K, V] state layout")
 
     def recurrence(self, *x, initial_state=None):
         """The float64-capable naive recurrence on inputs ``x``: ``(o, final state)``."""
@@ -428,6 +462,7 @@ def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, launch=None):
 
 def bench_fla(ctx, s: Shape, v_first: bool, R: int):
     torch, timer, dev, fla = ctx["torch"], ctx["timer"], ctx["device"], ctx["fla"]
+    OP.check_fla_layout(v_first)
     gen = torch.Generator().manual_seed(7)
     shape = (s.B, s.HV, s.V, s.K) if v_first else (s.B, s.HV, s.K, s.V)
     states = [(torch.randn(shape, generator=gen) * 0.05).to(dev) for _ in range(R)]
@@ -737,6 +772,9 @@ def plot(path: Path, result):
         result["plot"] = None
         return
     rows = result["rows"]
+    if not any(r.get("amortized_us") for r in rows):  # e.g. --skip-main: nothing to draw
+        result["plot"] = None
+        return
     fig, ax = plt.subplots(figsize=(9, 6))
     series = {}
     for r in rows:
@@ -853,6 +891,7 @@ def run_tune(ctx, args, shape_kw, l2, out_dir, result):
         for M in Ms:
             for opts in grid:
                 rec = dict(B=B, M=M, layout="VK", options=opts, launch=resolved_launch(s, M, opts))
+                progress(f"tune B={B} M={M} {opts} ...")
                 try:
                     r = bench_deltalog(ctx, s, M, True, R, opts)
                     rec.update(amortized_us=r["amortized_us"], append_mean_us=statistics.mean(r["append_us"]),
@@ -919,6 +958,11 @@ def parse_args(argv=None):
     p.add_argument("--tune-ms", type=int, nargs="*", default=[8, 16])
     p.add_argument("--tune-only", nargs="*", default=None, metavar="JSON",
                    help="sweep only these option sets (JSON objects, e.g. '{}' '{\"_pdl\": true}') instead of the grid")
+    p.add_argument("--skip-main", action="store_true",
+                   help="no main benchmark (e.g. with --tune: the launch-option sweep only)")
+    p.add_argument("--watchdog-s", type=float, default=0.0,
+                   help="dump every thread's Python stack to stderr when no progress line came for this many seconds "
+                        "(repeated), and on SIGTERM; 0 (default) = off")
     p.add_argument("--no-numerics", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
     args = p.parse_args(argv)
@@ -935,6 +979,15 @@ def main(argv=None):
     OP = Operator(args.operator)
     if args.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog.kernels.gdn imports it)
+    start_watchdog(args.watchdog_s)
+    try:
+        return run(args)
+    finally:
+        stop_watchdog()
+
+
+def run(args):
+    """The benchmark (``main`` after argument parsing and the watchdog)."""
     import torch
 
     if args.out is None:
@@ -947,6 +1000,10 @@ def main(argv=None):
 
     if args.cpu_smoke:
         device = torch.device("cpu")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from generate_compare import collapse_autotuners
+
+        collapse_autotuners()  # FLA's baselines are autotuned: one config under the interpreter
         shape_kw = dict(Hk=4, HV=4, K=16, V=16) if OP.per_key else dict(Hk=2, HV=4, K=16, V=16)
         Bs, Ms = args.batches or [1, 2], args.ms or [2, 4]
         num_Bs, num_Ms, steps = args.numerics_batches or [2], args.numerics_ms or [2, 4], args.rollout_steps or 8
@@ -970,6 +1027,8 @@ def main(argv=None):
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (60 << 20)
         act_dtype = torch.bfloat16
 
+    if args.skip_main:
+        Bs = []
     import hf_deltalog.kernels.gdn as gdn
 
     if not gdn.HAS_TRITON:
@@ -1029,6 +1088,7 @@ def main(argv=None):
             if fla is None:
                 row.update(amortized_us=None, note="not available")
             else:
+                progress(f"B={B}: {name} ...")
                 try:
                     row.update(bench_fla(ctx, s, v_first, R))
                 except Exception as e:  # noqa: BLE001
@@ -1038,6 +1098,7 @@ def main(argv=None):
         if ctx["dense_compiled"] is None:
             row.update(amortized_us=None, note="skipped (--no-compile)")
         else:
+            progress(f"B={B}: dense_compiled ...")
             try:
                 row.update(bench_dense_compiled(ctx, s, R))
             except Exception as e:  # noqa: BLE001
@@ -1047,6 +1108,7 @@ def main(argv=None):
             for L in args.replayssm_ls:
                 row = dict(B=B, variant="replayssm", layout="VK", M=L, sets=R,
                            floor_us=deltalog_cycle_bytes(s, L) / bw * 1e6)
+                progress(f"B={B}: replayssm L={L} ...")
                 try:
                     r = bench_replayssm(ctx, s, L, R)
                     row.update(r, append_mean_us=statistics.mean(r["append_us"]) if r["append_us"] else None)
@@ -1061,6 +1123,7 @@ def main(argv=None):
                 row = dict(B=B, variant="deltalog", layout="VK" if v_first else "KV", M=M, sets=R, floor_us=floor,
                            launch=resolved_launch(s, M, launch),
                            phase_floor_us=[deltalog_phase_bytes(s, M, c) / bw * 1e6 for c in range(M)])
+                progress(f"B={B}: deltalog M={M} {row['layout']} ...")
                 try:
                     r = bench_deltalog(ctx, s, M, v_first, R, launch)
                     row.update(r, append_first_us=r["append_us"][0] if r["append_us"] else None,
@@ -1086,6 +1149,7 @@ def main(argv=None):
     if not args.no_numerics:
         result["numerics"] = []
         for B in num_Bs:
+            progress(f"numerics B={B} ({steps} steps, M in {num_Ms}) ...")
             t0 = time.perf_counter()
             result["numerics"].append(rollout_numerics(ctx, B, steps, num_Ms, shape_kw))
             log(f"numerics B={B} ({steps} steps) in {time.perf_counter() - t0:.1f} s")

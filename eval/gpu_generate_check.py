@@ -1,103 +1,152 @@
 """GPU end-to-end check: generate() with DeltaLogCache (Triton backend) against transformers' default cache.
 
-A Qwen3.5-architecture model with real GDN head sizes (Hk = 16, HV = 32, K = V = 128; 4 layers, 3 of them GDN),
-random bf16 and fp32 weights on the GPU, a batch of 8 prompts, greedy decoding. Reports token agreement and the
-largest |Δlogit|, and checks the cache really ran the Triton kernel.
+A Qwen3.5-architecture model with real GDN head sizes (Hk = 16, HV = 32, K = V = 128; 4 layers, 3 of them GDN) and/or
+a Kimi-Linear-architecture model with real KDA heads (H = 32, K = V = 128), random fp32 and bf16 weights on the GPU,
+greedy decoding. Reports per run: token agreement (share of identical tokens), the largest |Δlogit| while the tokens
+agree, the first differing step and the reference's top-1 minus top-2 logit there (a near-tie explains a bf16
+divergence), the backend, the effective merge interval, whether FLA's dense kernel decoded (the policy's small-state
+path), and the wall time of both generate calls.
 
-    python eval/gpu_generate_check.py [--new-tokens 64] [--out eval/results/gpu_generate_check.json]
+    python eval/gpu_generate_check.py [--families qwen3_5 kimi_linear] [--batch 8] [--dtypes float32 bfloat16]
+        [--runs 4 32 64:2] [--new-tokens 64] [--out eval/results/gpu_generate_check.json]
+    python eval/gpu_generate_check.py --cpu-smoke    # tiny shapes on the CPU, our kernels under the Triton interpreter
+
+``--runs`` lists ``B`` (the default merge interval: the cache's policy) or ``B:M`` (``merge_interval=M``); default
+``BATCH 64 64:2 64:16``. A line is printed (flushed) before each generate call, so a slow step shows where it is; on
+SIGTERM (``timeout``) every thread's Python stack is dumped to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import time
 import warnings
 from pathlib import Path
 
-import torch
-import transformers
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate_compare import collapse_autotuners, compare, log, parse_runs, stacks_on_sigterm  # noqa: E402
 
-from hf_deltalog import DeltaLogCache
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "gpu_generate_check.json")
-    p.add_argument("--families", nargs="+", default=["qwen3_5"], choices=sorted(MODELS),
-                   help="qwen3_5 (GDN heads of Qwen3.5: Hk = 16, HV = 32) and/or kimi_linear (KDA, H = 32)")
-    a = p.parse_args()
-    warnings.filterwarnings("ignore")
-    transformers.logging.set_verbosity_error()
-    rows = []
-    for family in a.families:
-        rows += check_family(family, a)
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, transformers=transformers.__version__)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
+DTYPES = ("float32", "bfloat16")
 
 
-def _qwen3_5():
+def _qwen3_5(transformers, smoke: bool):
+    heads = (dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16)
+             if smoke else
+             dict(hidden_size=1024, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+                  linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                  linear_value_head_dim=128))
     cfg = transformers.Qwen3_5TextConfig(
-        vocab_size=1024, hidden_size=1024, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=8,
-        num_key_value_heads=2, head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
-        linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        vocab_size=96 if smoke else 1024, num_hidden_layers=4, linear_conv_kernel_dim=4,
         layer_types=["linear_attention"] * 3 + ["full_attention"], tie_word_embeddings=False, initializer_range=0.05,
-        pad_token_id=0, bos_token_id=1, eos_token_id=None)
+        pad_token_id=0, bos_token_id=1, eos_token_id=None, **heads)
     return transformers.Qwen3_5ForCausalLM(cfg)
 
 
-def _kimi_linear():
+def _kimi_linear(transformers, smoke: bool):
+    dims = (dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_attention_heads=4,
+                 num_key_value_heads=4, linear_num_heads=4, linear_head_dim=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                 qk_nope_head_dim=8, v_head_dim=16)
+            if smoke else
+            dict(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256, num_attention_heads=8,
+                 num_key_value_heads=8, linear_num_heads=32, linear_head_dim=128, kv_lora_rank=128,
+                 qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=128))
     cfg = transformers.KimiLinearConfig(
-        vocab_size=1024, hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256, num_hidden_layers=4,
-        num_attention_heads=8, num_key_value_heads=8, linear_num_heads=32, linear_head_dim=128,
-        linear_conv_kernel_dim=4, num_local_experts=4, num_experts_per_tok=2, kv_lora_rank=128, q_lora_rank=None,
-        qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=128,
-        layer_types=["linear_attention"] * 3 + ["full_attention"], tie_word_embeddings=False, initializer_range=0.05,
-        pad_token_id=0, bos_token_id=1, eos_token_id=None)
+        vocab_size=96 if smoke else 1024, num_hidden_layers=4, linear_conv_kernel_dim=4, num_local_experts=4,
+        num_experts_per_tok=2, q_lora_rank=None, layer_types=["linear_attention"] * 3 + ["full_attention"],
+        tie_word_embeddings=False, initializer_range=0.05, pad_token_id=0, bos_token_id=1, eos_token_id=None, **dims)
     return transformers.KimiLinearForCausalLM(cfg)
 
 
 MODELS = {"qwen3_5": _qwen3_5, "kimi_linear": _kimi_linear}
 
 
-def check_family(family, a):
+def check_family(family, a, device) -> list[dict]:
+    import torch
+    import transformers
+
+    from hf_deltalog import DeltaLogCache
+
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
+    prompt = 8 if a.cpu_smoke else 32
+    # On the CPU the Triton kernels run only when asked for (under the interpreter); on the GPU "auto" picks them.
+    backend = "triton" if a.cpu_smoke else "auto"
+    for dtype_name in a.dtypes:
+        dtype = getattr(torch, dtype_name)
         torch.manual_seed(0)
-        model = MODELS[family]().to("cuda", dtype).eval()
+        model = MODELS[family](transformers, a.cpu_smoke).to(device, dtype).eval()
         cfg = model.config
         kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens, do_sample=False,
                   return_dict_in_generate=True, output_logits=True)
-        # (batch, merge_interval): the default policy at a small batch (dense, FLA's kernel) and at a large one
-        # (DeltaLog, M = 8), and explicit intervals.
-        for batch, M in ((a.batch, None), (64, None), (64, 2), (64, 16)):
-            ids = torch.randint(1, cfg.vocab_size, (batch, 32), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+        for batch, M in a.runs:
+            ids = torch.randint(1, cfg.vocab_size, (batch, prompt), device=device,
+                                generator=torch.Generator(device.type).manual_seed(1))
             with torch.no_grad():
+                log(f"{family} {dtype_name} B={batch} M={M}: reference generate (default cache) ...")
+                t0 = time.perf_counter()
                 ref = model.generate(ids, **kw)
-                cache = DeltaLogCache(model, merge_interval=M)
-                out = model.generate(ids, cache=cache, **kw)
-            backends = sorted({layer.backend for layer in cache.deltalog_layers})
-            effective = sorted({layer.merge_interval for layer in cache.deltalog_layers})
-            dense = any(layer.dense_kernel is not None for layer in cache.deltalog_layers)
-            agree = (out.sequences == ref.sequences).float().mean().item()
-            first = next((i for i in range(a.new_tokens)
-                          if not torch.equal(out.sequences[:, 32 + i], ref.sequences[:, 32 + i])), None)
-            # Logits are comparable only while both runs have fed the same tokens: up to the first differing step.
-            upto = a.new_tokens if first is None else first + 1
-            dlogit = max((x.float() - y.float()).abs().max().item() for x, y in zip(out.logits[:upto], ref.logits[:upto]))
-            margin = None
-            if first is not None:  # the reference's top-1 minus top-2 logit in the rows that differ at that step
-                rows_diff = (out.sequences[:, 32 + first] != ref.sequences[:, 32 + first]).nonzero()[:, 0]
-                top2 = ref.logits[first][rows_diff].float().topk(2, dim=-1).values
-                margin = (top2[:, 0] - top2[:, 1]).max().item()
-            rows.append(dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M, effective_merge_interval=effective,
-                             dense_fla_kernel=dense, backends=backends, token_agreement=agree,
-                             identical=bool(torch.equal(out.sequences, ref.sequences)),
-                             max_abs_logit_diff_while_tokens_agree=dlogit, first_differing_step=first,
-                             top2_margin_at_first_difference=margin))
+                t_ref = time.perf_counter() - t0
+                log(f"{family} {dtype_name} B={batch} M={M}: DeltaLogCache generate ...")
+                cache = DeltaLogCache(model, merge_interval=M, backend=backend)
+                t0 = time.perf_counter()
+                out = model.generate(ids, past_key_values=cache, **kw)
+                t_ours = time.perf_counter() - t0
+            layers = cache.deltalog_layers
+            rows.append(dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M,
+                             effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
+                             dense_fla_kernel=any(layer.dense_kernel is not None for layer in layers),
+                             backends=sorted({layer.backend for layer in layers}),
+                             **compare(out, ref, prompt, a.new_tokens), reference_generate_s=round(t_ref, 2),
+                             deltalog_generate_s=round(t_ours, 2)))
             print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--new-tokens", type=int, default=None, help="default 64 (4 with --cpu-smoke)")
+    p.add_argument("--batch", type=int, default=8, help="batch of the first default run (see --runs)")
+    p.add_argument("--runs", nargs="+", default=None, metavar="B[:M]",
+                   help="runs per family and dtype: B (default merge interval) or B:M; default: BATCH 64 64:2 64:16")
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default eval/results/gpu_generate_check.json; none with --cpu-smoke)")
+    p.add_argument("--families", nargs="+", default=["qwen3_5"], choices=sorted(MODELS),
+                   help="qwen3_5 (GDN heads of Qwen3.5: Hk = 16, HV = 32) and/or kimi_linear (KDA, H = 32)")
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="tiny shapes on the CPU, DeltaLogCache's Triton backend under the interpreter")
+    a = p.parse_args(argv)
+    try:
+        a.runs = parse_runs(a.runs, [(a.batch, None), (64, None), (64, 2), (64, 16)])
+    except ValueError as err:
+        p.error(str(err))
+    a.new_tokens = a.new_tokens or (4 if a.cpu_smoke else 64)
+    if a.cpu_smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog imports it)
+    import torch
+    import transformers
+
+    if a.cpu_smoke:
+        device = torch.device("cpu")
+        collapse_autotuners()  # transformers binds its KDA/GDN layers to FLA's autotuned kernels where FLA is installed
+    elif torch.cuda.is_available():
+        device = torch.device("cuda")
+    else:
+        sys.exit("no CUDA device: run with --cpu-smoke on a CPU")
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    with stacks_on_sigterm(not a.cpu_smoke):
+        rows = [row for family in a.families for row in check_family(family, a, device)]
+    out = a.out if a.out is not None else (None if a.cpu_smoke else
+                                           Path(__file__).parent / "results" / "gpu_generate_check.json")
+    if out is not None:
+        meta = dict(gpu=torch.cuda.get_device_name() if device.type == "cuda" else None, torch=torch.__version__,
+                    transformers=transformers.__version__)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
     return rows
 
 

@@ -9,8 +9,14 @@ of hf_deltalog), and its fp32 logits are checked against a full forward without 
 largest |Δlogit| while tokens agree, the backend, the effective merge interval and whether FLA's dense kernel decoded
 (small GDN/KDA states).
 
-    python eval/gpu_generate_check_fla.py [--new-tokens 64] [--out eval/results/gpu_generate_check_fla.json]
+    python eval/gpu_generate_check_fla.py [--families gated_deltanet kda] [--dtypes float32 bfloat16] \
+        [--runs 32 64:2] [--new-tokens 64] [--out eval/results/gpu_generate_check_fla.json]
     python eval/gpu_generate_check_fla.py --cpu-smoke     # tiny shapes on the CPU under the Triton interpreter
+
+``--runs`` lists ``B`` (the cache's default merge interval) or ``B:M``; default ``BATCH 64 64:2 64:16``. Each run's
+row is printed as soon as the two generations are compared; the fp32 check of the reference against a full forward
+(FLA's chunked kernels for the whole sequence) follows on its own line. A line is printed before each generate call and
+on SIGTERM (``timeout``) every thread's Python stack is dumped to stderr, so a slow or stopped run shows where it was.
 """
 
 from __future__ import annotations
@@ -19,25 +25,17 @@ import argparse
 import contextlib
 import functools
 import json
-import math
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate_compare import collapse_autotuners, compare, log, parse_runs, stacks_on_sigterm  # noqa: E402
+
 FAMILIES = ("rwkv6", "gated_deltanet", "kda")
-
-
-def _collapse_autotuners() -> None:
-    """Under the interpreter there is no driver to time configs: keep the one with the largest blocks."""
-    from triton.runtime.autotuner import Autotuner
-
-    prune = Autotuner.prune_configs
-
-    def volume(config):
-        return math.prod(v for v in config.kwargs.values() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
-
-    Autotuner.prune_configs = lambda self, kwargs: [max(prune(self, kwargs), key=volume)]
+DTYPES = ("float32", "bfloat16")
 
 
 def _config(family: str, smoke: bool):
@@ -90,54 +88,56 @@ def check_family(family: str, a, device) -> list[dict]:
     classes = {"rwkv6": RWKV6ForCausalLM, "gated_deltanet": GatedDeltaNetForCausalLM, "kda": KDAForCausalLM}
     rows = []
     prompt = 8 if a.cpu_smoke else 32
-    runs = ((2, None), (2, 2)) if a.cpu_smoke else ((a.batch, None), (64, None), (64, 2), (64, 16))
-    dtypes = (torch.float32,) if a.cpu_smoke else (torch.float32, torch.bfloat16)
-    for dtype in dtypes:
+    for dtype in (getattr(torch, name) for name in a.dtypes):
         torch.manual_seed(0)
         model = classes[family](_config(family, a.cpu_smoke)).to(device, dtype).eval()
         vocab = model.config.vocab_size
         kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens, do_sample=False,
                   return_dict_in_generate=True, output_logits=True)
-        for batch, M in runs:
+        for batch, M in a.runs:
             gen = torch.Generator(device.type).manual_seed(1)
             ids = torch.randint(3, vocab, (batch, prompt), device=device, generator=gen)
+            what = f"{family} {str(dtype).removeprefix('torch.')} B={batch} M={M}"
             with torch.no_grad():
+                log(f"{what}: reference generate (FLA's cache) ...")
+                t0 = time.perf_counter()
                 with _cache_reaches_model(model):
                     ref = model.generate(ids, past_key_values=Cache(), **kw)
-                ref_check = None
-                if dtype == torch.float32:  # the reference itself: FLA's cached decode equals a full forward
-                    full = model(ref.sequences, use_cache=False).logits
-                    ref_check = max((x - full[:, prompt - 1 + i]).abs().max().item() for i, x in enumerate(ref.logits))
+                t_ref = time.perf_counter() - t0
+                log(f"{what}: DeltaLogCache generate ...")
                 cache = DeltaLogCache(model, merge_interval=M)
+                t0 = time.perf_counter()
                 out = model.generate(ids, past_key_values=cache, **kw)
+                t_ours = time.perf_counter() - t0
             layers = cache.deltalog_layers
-            first = next((i for i in range(a.new_tokens)
-                          if not torch.equal(out.sequences[:, prompt + i], ref.sequences[:, prompt + i])), None)
-            upto = a.new_tokens if first is None else first + 1
-            dlogit = max((x.float() - y.float()).abs().max().item()
-                         for x, y in zip(out.logits[:upto], ref.logits[:upto]))
-            margin = None
-            if first is not None:  # the reference's top-1 minus top-2 logit in the rows that differ at that step
-                diff = (out.sequences[:, prompt + first] != ref.sequences[:, prompt + first]).nonzero()[:, 0]
-                top2 = ref.logits[first][diff].float().topk(2, dim=-1).values
-                margin = (top2[:, 0] - top2[:, 1]).max().item()
-            rows.append(dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M,
-                             effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
-                             backends=sorted({layer.backend for layer in layers}),
-                             dense_fla_kernel=any(layer.dense_fla for layer in layers),
-                             token_agreement=(out.sequences == ref.sequences).float().mean().item(),
-                             identical=bool(torch.equal(out.sequences, ref.sequences)),
-                             max_abs_logit_diff_while_tokens_agree=dlogit, first_differing_step=first,
-                             top2_margin_at_first_difference=margin,
-                             reference_vs_full_forward_max_abs_logit_diff=ref_check))
-            print(rows[-1], flush=True)
+            row = dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M,
+                       effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
+                       backends=sorted({layer.backend for layer in layers}),
+                       dense_fla_kernel=any(layer.dense_fla for layer in layers),
+                       **compare(out, ref, prompt, a.new_tokens), reference_vs_full_forward_max_abs_logit_diff=None,
+                       reference_generate_s=round(t_ref, 2), deltalog_generate_s=round(t_ours, 2))
+            rows.append(row)
+            print(row, flush=True)
+            if dtype == torch.float32:  # the reference itself: FLA's cached decode equals a full forward
+                log(f"{what}: full forward without a cache (checks the reference) ...")
+                with torch.no_grad():
+                    full = model(ref.sequences, use_cache=False).logits
+                row["reference_vs_full_forward_max_abs_logit_diff"] = max(
+                    (x - full[:, prompt - 1 + i]).abs().max().item() for i, x in enumerate(ref.logits))
+                log(f"{what}: reference vs full forward max |dlogit| "
+                    f"{row['reference_vs_full_forward_max_abs_logit_diff']:.3g}")
     return rows
 
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--new-tokens", type=int, default=None, help="default 64 (4 with --cpu-smoke)")
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--batch", type=int, default=8, help="batch of the first default run (see --runs)")
+    p.add_argument("--runs", nargs="+", default=None, metavar="B[:M]",
+                   help="runs per family and dtype: B (default merge interval) or B:M; default: BATCH 64 64:2 64:16 "
+                        "(2 2:2 with --cpu-smoke)")
+    p.add_argument("--dtypes", nargs="+", default=None, choices=DTYPES,
+                   help="default float32 bfloat16 (float32 with --cpu-smoke)")
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default eval/results/gpu_generate_check_fla.json; none with --cpu-smoke)")
@@ -146,11 +146,17 @@ def main(argv=None) -> list[dict]:
     if a.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     a.new_tokens = a.new_tokens or (4 if a.cpu_smoke else 64)
+    try:
+        a.runs = parse_runs(a.runs, [(2, None), (2, 2)] if a.cpu_smoke else
+                            [(a.batch, None), (64, None), (64, 2), (64, 16)])
+    except ValueError as err:
+        p.error(str(err))
+    a.dtypes = a.dtypes or (["float32"] if a.cpu_smoke else list(DTYPES))
     import torch
     import transformers
 
     if a.cpu_smoke:
-        _collapse_autotuners()
+        collapse_autotuners()
         device = torch.device("cpu")
     elif torch.cuda.is_available():
         device = torch.device("cuda")
@@ -158,7 +164,8 @@ def main(argv=None) -> list[dict]:
         sys.exit("no CUDA device: run with --cpu-smoke on a CPU")
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
-    rows = [row for family in a.families for row in check_family(family, a, device)]
+    with stacks_on_sigterm(not a.cpu_smoke):
+        rows = [row for family in a.families for row in check_family(family, a, device)]
     out = a.out if a.out is not None else (None if a.cpu_smoke else
                                            Path(__file__).parent / "results" / "gpu_generate_check_fla.json")
     if out is not None:

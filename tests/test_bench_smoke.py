@@ -44,3 +44,55 @@ def test_bench_tune_select_cpu_smoke(tmp_path):
     assert chosen in [r["options"] for r in tuned] or all(v is None for v in chosen.values())
     ours = [r for r in result["rows"] if r["variant"] == "deltalog" and r["M"] == 2]
     assert [r["layout"] for r in ours] == ["VK"] and ours[0]["amortized_us"] > 0
+
+
+def test_bench_tune_skip_main_cpu_smoke(tmp_path):
+    """--tune --skip-main (the RWKV6/KDA launch-option sweep of eval/h200_round3_kernels.sh): the sweep over
+    block_v x num_warps runs and nothing else; the watchdog option is accepted and switched off again afterwards."""
+    import faulthandler
+
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--operator", "rwkv6", "--tune", "--skip-main", "--no-numerics", "--no-compile",
+                "--watchdog-s", "600", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "bench_rwkv6_decode.json").read_text())
+    assert result["rows"] == [] and "numerics" not in result
+    tuned = [r for r in result["tune"] if r.get("amortized_us")]
+    assert len(tuned) == 3 and tuned[0]["options"] == {} and all(r["options"] == {} or set(r["options"]) ==
+                                                                 {"block_v", "num_warps"} for r in tuned)
+    assert bench.WATCHDOG_S == 0.0
+    faulthandler.cancel_dump_traceback_later()  # no-op when nothing is armed (the script cancelled its own)
+
+
+def _generate_check():
+    spec = importlib.util.spec_from_file_location("gpu_generate_check", SCRIPT.parent / "gpu_generate_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    return check
+
+
+def test_gpu_generate_check_cpu_smoke():
+    """eval/gpu_generate_check.py (transformers' models, for the H200) in its --cpu-smoke mode: --runs and --dtypes
+    choose the runs; a bf16 run reports the token share and where tokens part, a forced M runs the DeltaLog kernel."""
+    rows = _generate_check().main(["--cpu-smoke", "--families", "kimi_linear", "--dtypes", "bfloat16", "--runs", "2",
+                                   "3:2", "--new-tokens", "3"])
+    assert [(r["dtype"], r["batch"], r["merge_interval"]) for r in rows] == [("torch.bfloat16", 2, None),
+                                                                               ("torch.bfloat16", 3, 2)]
+    assert rows[1]["effective_merge_interval"] == [2] and all(r["backends"] == ["triton"] for r in rows)
+    for r in rows:
+        assert 0.0 <= r["token_agreement"] <= 1.0
+        assert r["identical"] == (r["first_differing_step"] is None) == (r["top2_margin_at_first_difference"] is None)
+        assert r["max_abs_logit_diff_while_tokens_agree"] < 0.1  # bf16 logits of a tiny model
+
+
+def test_generate_check_runs_syntax():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from generate_compare import parse_runs
+
+    assert parse_runs(["4", "64:2"], []) == [(4, None), (64, 2)]
+    assert parse_runs(None, [(8, None)]) == [(8, None)]
+    for bad in ("0", "4:0", "x", "4:", "4:2:1"):
+        with pytest.raises(ValueError, match="B or B:M"):
+            parse_runs([bad], [])

@@ -1,0 +1,81 @@
+"""Shared by eval/gpu_generate_check.py (transformers' models) and eval/gpu_generate_check_fla.py (FLA's models): the
+--runs syntax, the comparison of two greedy generations, progress lines, stack dumps on SIGTERM, and the collapse of
+Triton autotuners for CPU smoke runs."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import math
+import signal
+import time
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def parse_runs(values, default: list[tuple[int, int | None]]) -> list[tuple[int, int | None]]:
+    """``["4", "64:2"]`` -> ``[(4, None), (64, 2)]`` (batch, merge interval; None = the cache's default policy);
+    empty or None -> ``default``. Raises ValueError unless every entry is ``B`` or ``B:M`` with integers >= 1."""
+    if not values:
+        return list(default)
+    runs = []
+    for v in values:
+        b, sep, m = str(v).partition(":")
+        try:
+            run = (int(b), int(m) if sep else None)
+        except ValueError:
+            run = None
+        if run is None or run[0] < 1 or (run[1] is not None and run[1] < 1):
+            raise ValueError(f"a run is B or B:M with integers B >= 1 and M >= 1; got {v!r}")
+        runs.append(run)
+    return runs
+
+
+def compare(out, ref, prompt: int, new_tokens: int) -> dict:
+    """Greedy generations ``out`` (ours) and ``ref`` (the reference; both ``generate`` outputs with logits) of
+    ``new_tokens`` tokens after a ``prompt``-token prompt: the share of identical tokens, the largest |Δlogit| while the
+    tokens agree (logits are comparable only while both runs have fed the same tokens: up to the first differing step),
+    the first differing step and the reference's top-1 minus top-2 logit there (largest over the rows that differ)."""
+    import torch
+
+    first = next((i for i in range(new_tokens)
+                  if not torch.equal(out.sequences[:, prompt + i], ref.sequences[:, prompt + i])), None)
+    upto = new_tokens if first is None else first + 1
+    dlogit = max((x.float() - y.float()).abs().max().item() for x, y in zip(out.logits[:upto], ref.logits[:upto]))
+    margin = None
+    if first is not None:
+        rows = (out.sequences[:, prompt + first] != ref.sequences[:, prompt + first]).nonzero()[:, 0]
+        top2 = ref.logits[first][rows].float().topk(2, dim=-1).values
+        margin = (top2[:, 0] - top2[:, 1]).max().item()
+    return dict(token_agreement=(out.sequences == ref.sequences).float().mean().item(),
+                identical=bool(torch.equal(out.sequences, ref.sequences)),
+                max_abs_logit_diff_while_tokens_agree=dlogit, first_differing_step=first,
+                top2_margin_at_first_difference=margin)
+
+
+@contextlib.contextmanager
+def stacks_on_sigterm(enabled: bool = True):
+    """While active, SIGTERM (what ``timeout`` sends) first dumps every thread's Python stack to stderr, then ends
+    the process as before: a run stopped by its time limit shows where it was."""
+    enabled = enabled and hasattr(signal, "SIGTERM")
+    if enabled:
+        faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+    try:
+        yield
+    finally:
+        if enabled:
+            faulthandler.unregister(signal.SIGTERM)
+
+
+def collapse_autotuners() -> None:
+    """Under the interpreter there is no driver to time configs: keep the one with the largest blocks."""
+    from triton.runtime.autotuner import Autotuner
+
+    prune = Autotuner.prune_configs
+
+    def volume(config):
+        return math.prod(v for v in config.kwargs.values() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+
+    Autotuner.prune_configs = lambda self, kwargs: [max(prune(self, kwargs), key=volume)]
