@@ -8,9 +8,10 @@
 #   OUT=/path/to/out bash eval/h200_issue6.sh train     # track T and the training of track R
 #
 # Four tracks run at the same time (PARALLEL=0: one after the other, in this order); every step has its own timeout,
-# and the timeouts of each track add up to at most 500 s, so the script ends within ~520 s whatever happens:
+# and the timeouts of each track add up to at most 480 s (plus 30 s for the environment report), so the script ends
+# within ~520 s whatever happens:
 #   P  parity on the committed gdn + kda checkpoints, DeltaLogCache's defaults (on a GPU, layers this small decode
-#      densely through FLA's kernel, M = 1)                                                  timeout 480 s
+#      densely through FLA's kernel, M = 1)                                                  timeout 470 s
 #   Q  parity gdn with M = 8, then kda with M = 4 (the DeltaLog log and its Triton kernels)  240 s + 240 s
 #   R  train rwkv6 (--time-budget 60), then its parity (DeltaLogCache default M = 8)         180 s + 300 s
 #   T  train gdn, then kda (--time-budget 60 each)                                           170 s + 170 s
@@ -66,7 +67,7 @@ train() {  # train MODEL TIMEOUT
 
 step "environment ($stage; PARALLEL=$PARALLEL; MODELS=$MODELS)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$RES/gpu.csv"
-timeout 60 python - <<'PY' 2>&1 | tee "$RES/versions.txt"
+timeout 30 python - <<'PY' 2>&1 | tee "$RES/versions.txt"
 import importlib, platform
 print("python", platform.python_version())
 for name in ("torch", "triton", "transformers", "fla", "lm_eval", "datasets", "hf_deltalog"):
@@ -81,7 +82,7 @@ track_P() {
   local cks=()
   has gdn && cks+=("$CK/gdn-shakespeare")
   has kda && cks+=("$CK/kda-shakespeare")
-  [ ${#cks[@]} -gt 0 ] && parity gdn_kda_default_m 480 --pretrained "${cks[@]}"
+  [ ${#cks[@]} -gt 0 ] && parity gdn_kda_default_m 470 --pretrained "${cks[@]}"
 }
 track_Q() {
   has gdn && parity gdn_m8 240 --pretrained "$CK/gdn-shakespeare" --merge-interval 8
