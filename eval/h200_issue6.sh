@@ -33,6 +33,7 @@ TRAIN_ARGS=${TRAIN_ARGS:---time-budget 60}
 PARITY_ARGS=${PARITY_ARGS:---device cuda --dtype bfloat16 --batch-size 64}
 MODELS=${MODELS:-gdn kda rwkv6}
 PARALLEL=${PARALLEL:-1}
+PY=${PY:-python3}             # the interpreter (python3 on the H200 machine)
 CK=eval/checkpoints          # the committed checkpoints (gdn, kda)
 NEW="$RES/checkpoints"       # the ones trained here
 mkdir -p "$RES/logs"
@@ -56,18 +57,18 @@ run() {
 parity() {  # parity NAME TIMEOUT [arguments]
   local name=$1 limit=$2; shift 2
   # shellcheck disable=SC2086
-  run "parity_$name" "$limit" python -u eval/lm_eval_parity.py $PARITY_ARGS --quiet --out "$RES/parity/$name" "$@"
+  run "parity_$name" "$limit" "$PY" -u eval/lm_eval_parity.py $PARITY_ARGS --quiet --out "$RES/parity/$name" "$@"
   [ -f "$RES/parity/$name/parity.md" ] && { echo "--- parity $name:"; cat "$RES/parity/$name/parity.md"; }
 }
 train() {  # train MODEL TIMEOUT
   # shellcheck disable=SC2086
-  run "train_$1" "$2" python -u eval/train_tiny.py train --model "$1" $TRAIN_ARGS --out "$NEW/$1-shakespeare" &&
+  run "train_$1" "$2" "$PY" -u eval/train_tiny.py train --model "$1" $TRAIN_ARGS --out "$NEW/$1-shakespeare" &&
     tail -3 "$RES/logs/train_$1.log"
 }
 
 step "environment ($stage; PARALLEL=$PARALLEL; MODELS=$MODELS)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$RES/gpu.csv"
-timeout 30 python - <<'PY' 2>&1 | tee "$RES/versions.txt"
+timeout 30 "$PY" - <<'PY' 2>&1 | tee "$RES/versions.txt"
 import importlib, platform
 print("python", platform.python_version())
 for name in ("torch", "triton", "transformers", "fla", "lm_eval", "datasets", "hf_deltalog"):
