@@ -119,15 +119,19 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
 
 
 def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_size: int, dtype: str, device: str,
-                   merge_interval: int | None, backend: str, task_manager) -> dict:
+                   merge_interval: int | None, backend: str, task_manager, on_task=None) -> dict:
+    """Both runs of every task on one checkpoint; `on_task(out)` (if given) is called after each task with the
+    report so far (the caller writes partial results)."""
     import torch
     from lm_eval import simple_evaluate
 
     from hf_deltalog.harness import CachedHFLM
+    from hf_deltalog.interpreter import fused_recurrent_under_interpreter
 
     _import_model_library(pretrained)
     lm = CachedHFLM(pretrained=pretrained, device=device, dtype=dtype, batch_size=batch_size,
                     merge_interval=merge_interval, deltalog_backend=backend, record_generations=True)
+    fused_recurrent_under_interpreter(lm.model)  # CPU runs of FLA's RWKV6 only (see hf_deltalog.interpreter)
     out = dict(checkpoint=str(pretrained), model_type=lm.model.config.model_type, tasks={}, skipped={})
     for task in tasks:
         runs, records, seconds = {}, {}, {}
@@ -151,6 +155,12 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
         row = compare(lm, task, runs["default"], runs["deltalog"], records)
         row.update(seconds=seconds, deltalog_plan=lm.cache_plan())
         out["tasks"][task] = row
+        print(f"{Path(pretrained).name} {task}: {row['documents']} docs, metrics identical: {row['metrics_identical']}, "
+              f"identical generations: {row['generations_identical']}/{row['generations']}, max |dLL|: "
+              f"{row['max_abs_loglikelihood_diff']}, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()),
+              flush=True)
+        if on_task is not None:
+            on_task(out)
     return out
 
 
@@ -187,6 +197,9 @@ def table(report: dict) -> str:
                              f"{m['deltalog']:.4f} | {diff} | {gen} | {ll} |")
         for task, why in ck["skipped"].items():
             lines.append(f"| {name} | {task} | skipped: {why[:100]} | | | | | |")
+    if not report["meta"].get("complete", True):
+        lines += ["", "Partial report: the run stopped (or is still running) before every task of every checkpoint was "
+                  "scored; the rows above are complete tasks."]
     differing = [(Path(ck["checkpoint"]).name, task, d) for ck in report["checkpoints"]
                  for task, row in ck["tasks"].items() for d in row["differing_generations"]]
     if differing:
@@ -226,7 +239,9 @@ def main(argv: list[str] | None = None) -> dict:
     from lm_eval.tasks import TaskManager
 
     import hf_deltalog
+    from hf_deltalog.interpreter import collapse_autotuners
 
+    collapse_autotuners()  # only under TRITON_INTERPRET=1 (a CPU run of FLA's kernels); nothing on a GPU
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.logging.set_verbosity_error()
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
@@ -234,27 +249,36 @@ def main(argv: list[str] | None = None) -> dict:
     local = {p.stem for p in LOCAL_TASKS.rglob("*.yaml")}
     manager = TaskManager(include_path=str(LOCAL_TASKS), include_defaults=not set(args.tasks) <= local)
     t0 = time.perf_counter()
-    checkpoints = [run_checkpoint(p, args.tasks, args.limit, args.batch_size, args.dtype, device, args.merge_interval,
-                                  args.backend, manager) for p in args.pretrained]
     try:
         import fla
-        fla_version = fla.__version__
+        fla_version = getattr(fla, "__version__", None)
     except ImportError:
         fla_version = None
     meta = dict(device=device, device_name=torch.cuda.get_device_name() if device.startswith("cuda") else
                 platform.processor() or platform.machine(), dtype=args.dtype, batch_size=args.batch_size,
                 limit=args.limit, merge_interval=args.merge_interval, backend=args.backend,
                 torch=torch.__version__, transformers=transformers.__version__, lm_eval=lm_eval.__version__,
-                fla=fla_version, hf_deltalog=hf_deltalog.__version__, python=platform.python_version(),
-                seconds=time.perf_counter() - t0)
-    report = dict(meta=meta, checkpoints=checkpoints)
-    md = table(report)
+                fla=fla_version, hf_deltalog=hf_deltalog.__version__, python=platform.python_version())
+    checkpoints: list[dict] = []
+
+    def write(current: dict | None, complete: bool) -> dict:
+        """Write parity.json / parity.md: after every task (`complete` False: a partial report) and at the end."""
+        report = dict(meta=dict(meta, seconds=time.perf_counter() - t0, complete=complete),
+                      checkpoints=checkpoints + ([current] if current is not None else []))
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "parity.json").write_text(json.dumps(report, indent=1) + "\n")
+            (args.out / "parity.md").write_text(table(report))
+        return report
+
+    for pretrained in args.pretrained:
+        checkpoints.append(run_checkpoint(pretrained, args.tasks, args.limit, args.batch_size, args.dtype, device,
+                                          args.merge_interval, args.backend, manager,
+                                          on_task=lambda current: write(current, complete=False)))
+    report = write(None, complete=True)
     if not args.quiet:
-        print(md)
+        print(table(report))
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "parity.json").write_text(json.dumps(report, indent=1) + "\n")
-        (args.out / "parity.md").write_text(md)
         print(f"wrote {args.out / 'parity.json'} and {args.out / 'parity.md'}")
     return report
 

@@ -29,6 +29,7 @@ dense final state it returns restarts the log.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import warnings
@@ -46,7 +47,7 @@ from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_delta
 from hf_deltalog.kernels.rwkv6.naive import naive_deltalog_rwkv6_decode, naive_deltalog_rwkv6_materialize
 from hf_deltalog.patches.fla import FLAFamilySpec, fla_family_of, patch_fla, supported_fla_model_types
 
-__all__ = ["FLADeltaLogCache", "FLADeltaLogLayer", "FLADeltaLogState"]
+__all__ = ["FLADeltaLogCache", "FLADeltaLogLayer", "FLADeltaLogState", "fla_generate_handover"]
 
 # Attributes an FLA kernel reads from a tensor ``initial_state``: reaching one on the handle means the handle got to a
 # kernel hf_deltalog has not bound.
@@ -637,40 +638,10 @@ class FLADeltaLogCache(FLACache):
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
     def _generate_through(self, upstream: Callable, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run ``GenerationMixin.generate`` (``upstream``) on an FLA model with this cache.
-
-        transformers 5.24 carries the cache between steps under the name ``cache``, while FLA 0.6.0's models read
-        ``past_key_values`` (their ``forward`` swallows ``cache`` in ``**kwargs``). Two consequences, measured on tiny
-        FLA models: a cache passed to ``generate`` is rejected by ``_validate_model_kwargs`` (FLA's own ``Cache`` too),
-        and FLA's default generate builds a fresh empty cache at every step, so from the second new token its logits
-        differ from a full forward. For this call only, this method (1) skips this cache's ``cache`` entry in that
-        check, every other argument still being checked, and (2) hands the cache to the model as
-        ``past_key_values``, the name its ``forward`` reads. Nothing changes for models whose signatures name
-        ``cache``, nor for generate calls without a DeltaLog cache.
-        """
-        names = set(inspect.signature(model.prepare_inputs_for_generation).parameters) | set(
-            inspect.signature(model.forward).parameters)
-        own = vars(model)
-        if "cache" in names or "_validate_model_kwargs" in own or "prepare_inputs_for_generation" in own:
+        """Run ``GenerationMixin.generate`` (``upstream``) on an FLA model with this cache, inside
+        :func:`fla_generate_handover` (see there why FLA 0.6.0's models need it under transformers 5.24)."""
+        with fla_generate_handover(model, self):
             return upstream(model, inputs, *args, **kwargs)
-        validate, prepare = type(model)._validate_model_kwargs, type(model).prepare_inputs_for_generation
-
-        def validate_without_cache(model_kwargs: dict[str, Any]) -> None:
-            validate(model, {k: v for k, v in model_kwargs.items() if not (k == "cache" and v is self)})
-
-        @functools.wraps(model.prepare_inputs_for_generation)  # the kwarg check reads this signature
-        def prepare_with_past_key_values(*a: Any, **kw: Any) -> dict[str, Any]:
-            model_inputs = prepare(model, *a, **kw)
-            if model_inputs.get("cache") is self and model_inputs.get("past_key_values") is None:
-                model_inputs["past_key_values"] = model_inputs.pop("cache")
-            return model_inputs
-
-        model._validate_model_kwargs = validate_without_cache
-        model.prepare_inputs_for_generation = prepare_with_past_key_values
-        try:
-            return upstream(model, inputs, *args, **kwargs)
-        finally:
-            del model._validate_model_kwargs, model.prepare_inputs_for_generation
 
     def _after_generate(self, output: Any) -> None:
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
@@ -678,3 +649,49 @@ class FLADeltaLogCache(FLACache):
         consumed = None if sequences is None else sequences[:, :-1]
         ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())
         self._ledger = consumed if ok else None
+
+
+@contextlib.contextmanager
+def fla_generate_handover(model: Any, cache: FLACache):
+    """Within this context, ``model.generate(..., past_key_values=cache)`` really decodes through ``cache``.
+
+    transformers 5.24 carries the cache between steps under the name ``cache``, while FLA 0.6.0's models read
+    ``past_key_values`` (their ``forward`` swallows ``cache`` in ``**kwargs``). Two consequences, measured on tiny FLA
+    models: a cache passed to ``generate`` is rejected by ``_validate_model_kwargs`` (FLA's own ``Cache`` too), and
+    FLA's default generate builds a fresh empty cache at every step, so from the second new token its logits differ
+    from a full forward. For the duration, this (1) skips ``cache``'s ``cache`` entry in that check, every other
+    argument still being checked, and (2) hands ``cache`` to the model as ``past_key_values``, the name its ``forward``
+    reads. Used by :class:`FLADeltaLogCache` (through the generate patch) and, with FLA's own ``Cache``, by the
+    default-cache baseline of :class:`hf_deltalog.harness.CachedHFLM`.
+
+    Nothing changes for a model whose signatures name ``cache``, or one that already carries such an adaptation (an
+    instance attribute ``_validate_model_kwargs`` / ``prepare_inputs_for_generation``), nor for other caches.
+
+    Args:
+        model: an FLA causal LM (``fla.models``). cache: the FLA ``Cache`` (or :class:`FLADeltaLogCache`) it decodes
+            through.
+    """
+    names = set(inspect.signature(model.prepare_inputs_for_generation).parameters) | set(
+        inspect.signature(model.forward).parameters)
+    own = vars(model)
+    if "cache" in names or "_validate_model_kwargs" in own or "prepare_inputs_for_generation" in own:
+        yield
+        return
+    validate, prepare = type(model)._validate_model_kwargs, type(model).prepare_inputs_for_generation
+
+    def validate_without_cache(model_kwargs: dict[str, Any]) -> None:
+        validate(model, {k: v for k, v in model_kwargs.items() if not (k == "cache" and v is cache)})
+
+    @functools.wraps(model.prepare_inputs_for_generation)  # the kwarg check reads this signature
+    def prepare_with_past_key_values(*a: Any, **kw: Any) -> dict[str, Any]:
+        model_inputs = prepare(model, *a, **kw)
+        if model_inputs.get("cache") is cache and model_inputs.get("past_key_values") is None:
+            model_inputs["past_key_values"] = model_inputs.pop("cache")
+        return model_inputs
+
+    model._validate_model_kwargs = validate_without_cache
+    model.prepare_inputs_for_generation = prepare_with_past_key_values
+    try:
+        yield
+    finally:
+        del model._validate_model_kwargs, model.prepare_inputs_for_generation

@@ -3,7 +3,11 @@
 `CachedHFLM(pretrained, cache="deltalog" | "default", ...)` differs from `HFLM` in two places:
 
 - generation (`generate_until`): each `generate` call gets a fresh `DeltaLogCache(model)` (`cache="deltalog"`) or
-  no cache argument at all, so transformers builds its default cache (`cache="default"`, the baseline);
+  no cache argument at all, so transformers builds its default cache (`cache="default"`, the baseline). For
+  flash-linear-attention's own models (`fla.models`: RWKV6, GatedDeltaNet, KDA) the baseline is a fresh FLA `Cache`
+  handed to the model through `hf_deltalog.fla_cache.fla_generate_handover` (FLA 0.6.0's default generate drops its
+  cache after the prompt under transformers 5.24, so "no cache argument" would not be a cached baseline there);
+  `DeltaLogCache(model)` builds an `FLADeltaLogCache` for them;
 - log-likelihood (`loglikelihood`, `loglikelihood_rolling`, multiple choice): a request `(context, continuation)` is
   scored by cached decoding instead of one full forward: `generate` prefills the context, then the continuation is
   fed one token at a time through the same kind of fresh cache (a logits processor forces each next token), and the
@@ -21,6 +25,7 @@ Registered with lm-eval as model `hf-cached` (`--model hf-cached --model_args pr
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -33,6 +38,7 @@ from tqdm import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from hf_deltalog.cache import DeltaLogCache
+from hf_deltalog.patches.fla import fla_family_of
 
 CACHES = ("deltalog", "default")
 
@@ -82,6 +88,7 @@ class CachedHFLM(HFLM):
         self.record_generations = str(record_generations).lower() in ("1", "true", "yes")
         self.generation_records: list[dict] = []
         self.last_cache: DeltaLogCache | None = None
+        self.is_fla_model = fla_family_of(self.model) is not None
 
     @property
     def cache(self) -> str:
@@ -94,8 +101,13 @@ class CachedHFLM(HFLM):
         self._cache_kind = value
 
     def new_cache(self):
-        """A fresh cache for one `generate` call: a `DeltaLogCache`, or None (transformers builds its default)."""
+        """A fresh cache for one `generate` call: a `DeltaLogCache` (an `FLADeltaLogCache` for FLA's models); for
+        `cache="default"` None (transformers builds its default), or a fresh FLA `Cache` for FLA's models."""
         if self.cache == "default":
+            if self.is_fla_model:
+                from fla.models.utils import Cache as FLACache
+
+                return FLACache()
             return None
         self.last_cache = DeltaLogCache(self.model, merge_interval=self.merge_interval, backend=self.deltalog_backend)
         return self.last_cache
@@ -107,17 +119,30 @@ class CachedHFLM(HFLM):
         if cache is None:
             return {}
         return {layer.layer_idx: dict(backend=layer.backend, merge_interval=layer.merge_interval,
-                                      dense_fla=layer.dense_kernel is not None) for layer in cache.deltalog_layers}
+                                      dense_fla=bool(layer.dense_fla if hasattr(layer, "dense_fla")
+                                                     else layer.dense_kernel is not None))
+                for layer in cache.deltalog_layers}
 
-    def _with_cache(self, kwargs: dict) -> dict:
+    def _fresh_cache(self):
+        """`(generate kwargs, context)` for one `generate` call: the fresh cache of `new_cache` as `cache=` (nothing for
+        transformers' default), and the context to call `generate` in: `fla_generate_handover` for an FLA baseline
+        cache, else a no-op (a DeltaLog cache adapts the call itself, through hf_deltalog's generate patch)."""
         cache = self.new_cache()
-        return kwargs if cache is None else {**kwargs, "cache": cache}
+        if cache is None:
+            return {}, contextlib.nullcontext()
+        if self.is_fla_model and self.cache == "default":
+            from hf_deltalog.fla_cache import fla_generate_handover
+
+            return {"cache": cache}, fla_generate_handover(self.model, cache)
+        return {"cache": cache}, contextlib.nullcontext()
 
     # generate_until ---------------------------------------------------------------------------------------------
     def _model_generate(self, context, max_length: int, stop: list[str], **generation_kwargs) -> torch.Tensor:
         """HFLM's generation call (its stopping criteria, sampling arguments and autocast) with a fresh cache."""
-        out = super()._model_generate(context, max_length, stop, return_dict_in_generate=True,
-                                      output_logits=self.record_generations, **self._with_cache(generation_kwargs))
+        cache_kwargs, handover = self._fresh_cache()
+        with handover:
+            out = super()._model_generate(context, max_length, stop, return_dict_in_generate=True,
+                                          output_logits=self.record_generations, **cache_kwargs, **generation_kwargs)
         if self.record_generations:
             self._record(context, generation_kwargs.get("attention_mask"), out)
         return out.sequences
@@ -179,7 +204,9 @@ class CachedHFLM(HFLM):
                       return_dict_in_generate=True, output_logits=True)
         with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
                             enabled=self.mixed_precision_dtype is not None):
-            out = self.model.generate(**self._with_cache(kwargs))
+            cache_kwargs, handover = self._fresh_cache()
+            with handover:
+                out = self.model.generate(**kwargs, **cache_kwargs)
         fed = out.sequences[:, width:]
         if fed.shape[1] != steps or not torch.equal(fed, forced):
             raise RuntimeError("generate did not feed the continuation tokens as forced (stopped early?)")

@@ -3,16 +3,14 @@
 * On a machine without a GPU, Triton runs under its interpreter: ``TRITON_INTERPRET=1`` must be set before triton is
   first imported.
 * FLA's models call ``@triton.autotune``d kernels; under the interpreter there is no driver to time them (triton 3.9
-  raises "0 active drivers" from ``Autotuner._bench``). Every autotuner is collapsed to one config by wrapping
-  ``Autotuner.prune_configs``: the config with the largest block sizes, i.e. the fewest interpreted programs (all of an
-  autotuner's configs compute the same result; they differ in speed only). On a GPU nothing is changed.
+  raises "0 active drivers" from ``Autotuner._bench``). ``hf_deltalog.interpreter.collapse_autotuners`` keeps one
+  config per autotuner there (the largest blocks; all configs compute the same result). On a GPU nothing is changed.
 * flash-linear-attention is required here: without it the suite fails at collection instead of skipping, so a broken
   install cannot pass as green.
 """
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -29,15 +27,6 @@ except ImportError as err:  # pragma: no cover - environment error, reported lou
         "pip install -e '.[dev,fla]' (see README, Tests)"
     ) from err
 
-if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-    from triton.runtime.autotuner import Autotuner
+from hf_deltalog.interpreter import collapse_autotuners  # noqa: E402 - after TRITON_INTERPRET is set
 
-    _prune = Autotuner.prune_configs
-
-    def _block_volume(config) -> int:
-        return math.prod(v for v in config.kwargs.values() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
-
-    def _one_config(self, kwargs):
-        return [max(_prune(self, kwargs), key=_block_volume)]
-
-    Autotuner.prune_configs = _one_config
+collapse_autotuners()  # a no-op unless TRITON_INTERPRET=1
