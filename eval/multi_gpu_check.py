@@ -169,14 +169,14 @@ def main(argv=None) -> list[dict]:
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     rows = []
-    for name in a.checkpoints:
-        for dtype in a.dtypes:
-            rows += run(name, getattr(torch, dtype), a)
     meta = dict(torch=torch.__version__, transformers=transformers.__version__,
                 gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
                 batch=a.batch, prompt_len=a.prompt_len, new_tokens=a.new_tokens)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
+    for name in a.checkpoints:
+        for dtype in a.dtypes:
+            rows += run(name, getattr(torch, dtype), a)
+            a.out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")  # after every run
     return rows
 
 
