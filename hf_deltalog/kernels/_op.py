@@ -8,13 +8,14 @@ mutations, still no graph break). ``HF_DELTALOG_OPAQUE_OP=1`` forces the opaque 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Callable
 
 import torch
 from torch.library import triton_op
 
-__all__ = ["OP_KIND", "check_launch_options", "interpreting", "register_decode_op"]
+__all__ = ["OP_KIND", "check_launch_options", "interpreting", "launch_device", "register_decode_op"]
 
 
 def interpreting() -> bool:
@@ -42,3 +43,17 @@ def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> N
         raise ValueError(f"block_v must be a power of two >= 1 (or None for the default); got {block_v!r}")
     if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"{warps_name} must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")
+
+
+def launch_device(t: torch.Tensor) -> contextlib.AbstractContextManager:
+    """A context in which ``t``'s CUDA device is the current one.
+
+    Triton launches a kernel on the *current* CUDA device and its current stream, not on the device of the tensors
+    it is given. With a model spread over several GPUs (``device_map="auto"``) a layer on ``cuda:1`` runs while
+    ``cuda:0`` is current: unguarded, its kernel would run on the other device's stream, unordered with the work that
+    produced its inputs (seen on two H200s as wrong tokens: eval/results/h200/multi_gpu/). A no-op context when the
+    device already is the current one, and for CPU tensors (the interpreter)."""
+    if t.device.type == "cuda" and t.device.index is not None and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
+

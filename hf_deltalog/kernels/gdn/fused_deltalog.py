@@ -51,7 +51,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import OP_KIND, check_launch_options, register_decode_op
+from hf_deltalog.kernels._op import OP_KIND, check_launch_options, launch_device, register_decode_op
 from hf_deltalog.kernels._op import interpreting as _interpreting
 
 __all__ = [
@@ -566,6 +566,7 @@ def fused_deltalog_gdn_decode(
             int(heads_per_program or 0), -1 if raw_qk is None else int(bool(raw_qk)), int(prepare_warps or 0))
     if _pdl and (use_custom_op or q.device.type != "cuda"):
         raise ValueError("_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device")
-    if use_custom_op:
-        return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
-    return _launch(*args, lambda kernel: kernel, pdl=_pdl)
+    with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
+        if use_custom_op:
+            return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
+        return _launch(*args, lambda kernel: kernel, pdl=_pdl)

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import check_launch_options, interpreting, register_decode_op
+from hf_deltalog.kernels._op import check_launch_options, interpreting, launch_device, register_decode_op
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
 
@@ -331,6 +331,7 @@ def fused_deltalog_kda_decode(
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
             bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v), int(num_warps))
-    if use_custom_op:
-        return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)
-    return _launch(*args, lambda kernel: kernel)
+    with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
+        if use_custom_op:
+            return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)
+        return _launch(*args, lambda kernel: kernel)

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import check_launch_options, interpreting, register_decode_op
+from hf_deltalog.kernels._op import check_launch_options, interpreting, launch_device, register_decode_op
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
 
@@ -283,6 +283,7 @@ def fused_deltalog_rwkv6_decode(
     scale = float(r.shape[-1] ** -0.5 if scale is None else scale)
     args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, bool(state_v_first),
             int(block_v), int(num_warps))
-    if use_custom_op:
-        return torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode(*args)
-    return _launch(*args, lambda kernel: kernel)
+    with launch_device(r):  # Triton launches on the current device: make it r's (a model on several GPUs)
+        if use_custom_op:
+            return torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode(*args)
+        return _launch(*args, lambda kernel: kernel)
