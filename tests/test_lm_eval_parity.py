@@ -100,7 +100,11 @@ def test_compare_reports_differences():
     base = dict(context=ctx, tokens=[5, 7], top2_ids=[[5, 9], [7, 8]], top2_logits=[[10.0, 9.0], [3.0, 2.99]])
     tie = dict(context=ctx, tokens=[5, 8], top2_ids=[[5, 9], [8, 7]], top2_logits=[[10.0, 9.0], [3.0, 2.995]])
     far = dict(context=ctx, tokens=[5, 8], top2_ids=[[5, 9], [8, 7]], top2_logits=[[10.0, 9.0], [3.0, 2.0]])
-    for other, explained in [(tie, True), (far, False)]:
+    # An exact tie (margin 0) that topk lists in the baseline's order while argmax picked the other token (seen on
+    # the H200 in bf16): still the same two tokens within a near tie.
+    exact = dict(context=ctx, tokens=[5, 8], top2_ids=[[5, 9], [7, 8]], top2_logits=[[10.0, 9.0], [3.0, 3.0]])
+    other_pair = dict(context=ctx, tokens=[5, 6], top2_ids=[[5, 9], [6, 7]], top2_logits=[[10.0, 9.0], [3.0, 2.995]])
+    for other, explained in [(tie, True), (exact, True), (far, False), (other_pair, False)]:
         row = lm_eval_parity.compare(_Stub(), "t", _run(0.0, [["xy"]]), _run(0.0, [["xz"]]),
                                      dict(default=[base], deltalog=[other]))
         assert row["generations_identical_fraction"] == 0.0 and row["metrics_identical"]
