@@ -280,6 +280,15 @@ def plot(out: Path) -> Path | None:
     return path
 
 
+def hide_fla() -> None:
+    """Make transformers build its GDN / KDA layers without flash-linear-attention (its PyTorch chunked recurrences):
+    transformers binds FLA's kernels when a modeling module is first imported, so this runs before any model class
+    is touched. The weights are the same either way; only the kernels that train them differ."""
+    if any(name == "fla" or name.startswith("fla.") for name in sys.modules):
+        raise RuntimeError("flash-linear-attention was imported before hide_fla(); call it first")
+    sys.modules["fla"] = None  # `import fla` raises ImportError; transformers' availability check says False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -305,9 +314,18 @@ def main() -> None:
     t.add_argument("--init", type=Path, default=None,
                    help="continue from a checkpoint this script wrote (its curve is kept; a new warmup and decay)")
     t.add_argument("--smoke", action="store_true", help="a few tiny steps (CPU tests): 4 steps of batch 2 x 64")
+    t.add_argument("--fla", choices=("auto", "yes", "no"), default="auto",
+                   help="build the GDN / KDA layers with flash-linear-attention's kernels (yes) or with transformers' "
+                        "own PyTorch recurrences (no). auto: no for gdn and kda (FLA 0.6.0 refuses its gated chunked "
+                        "backward on Hopper GPUs under Triton < 3.7.1, the H200 machine's 3.6.0: "
+                        "eval/results/h200/lm_eval_parity/train_logs/), yes for rwkv6 (an FLA model)")
     p = sub.add_parser("plot", help="draw loss_curve.png from a checkpoint's training_log.json")
     p.add_argument("dir", type=Path)
     args = parser.parse_args()
+    if args.command == "train" and (args.fla == "no" or (args.fla == "auto" and args.model != "rwkv6")):
+        if args.model == "rwkv6":
+            raise SystemExit("--model rwkv6 is flash-linear-attention's model: it cannot train with --fla no")
+        hide_fla()
     transformers.logging.set_verbosity_error()  # not the "reference implementation" notes of every CPU layer
     collapse_autotuners()  # only under TRITON_INTERPRET=1 (a CPU run of FLA's kernels); nothing on a GPU
     if args.command == "plot":
