@@ -25,6 +25,10 @@ def test_guard_switches_only_to_another_cuda_device(monkeypatch):
     with _op.launch_device(_FakeCudaTensor(0)), _op.launch_device(torch.zeros(1)):  # current device, CPU
         pass
     assert entered == [torch.device("cuda", 1)]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # Inductor's launches set their own device
+    with _op.launch_device(_FakeCudaTensor(1)):
+        pass
+    assert entered == [torch.device("cuda", 1)]
 
 
 @pytest.mark.parametrize("module, launcher", [

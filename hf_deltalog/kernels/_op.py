@@ -52,7 +52,10 @@ def launch_device(t: torch.Tensor) -> contextlib.AbstractContextManager:
     it is given. With a model spread over several GPUs (``device_map="auto"``) a layer on ``cuda:1`` runs while
     ``cuda:0`` is current: unguarded, its kernel would run on the other device's stream, unordered with the work that
     produced its inputs (seen on two H200s as wrong tokens: eval/results/h200/multi_gpu/). A no-op context when the
-    device already is the current one, and for CPU tensors (the interpreter)."""
+    device already is the current one, for CPU tensors (the interpreter), and while ``torch.compile`` traces (the
+    code Inductor generates sets the device of every kernel it launches)."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
     if t.device.type == "cuda" and t.device.index is not None and t.device.index != torch.cuda.current_device():
         return torch.cuda.device(t.device)
     return contextlib.nullcontext()
