@@ -46,6 +46,20 @@ def test_bench_tune_select_cpu_smoke(tmp_path):
     assert [r["layout"] for r in ours] == ["VK"] and ours[0]["amortized_us"] > 0
 
 
+def test_bench_merge_overrides_cpu_smoke(tmp_path):
+    """--tune-only with a "merge" entry times cycles whose merge step runs other launch options than the appends."""
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--tune", "--skip-main", "--no-numerics", "--no-compile", "--tune-batches", "1",
+                "--tune-ms", "3", "--tune-only", "{}", '{"merge": {"block_v": 16, "num_warps": 2}}',
+                "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "bench_gdn_decode.json").read_text())
+    tuned = [r for r in result["tune"] if r.get("amortized_us")]
+    assert [r["options"] for r in tuned] == [{}, {"merge": {"block_v": 16, "num_warps": 2}}]
+
+
 def test_bench_tune_skip_main_cpu_smoke(tmp_path):
     """--tune --skip-main (the RWKV6/KDA launch-option sweep of eval/h200_round3_kernels.sh): the sweep over
     block_v x num_warps runs and nothing else; the watchdog option is accepted and switched off again afterwards."""
