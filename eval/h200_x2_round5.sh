@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Next x2 H200 run (written 2026-11-30, not run yet), about 560 s:
-#   both GPUs: the two-GPU device_map check after the launch_device fix (tokens must be identical in fp32);
 #   GPU 0:     merge-step launch sweep of the three kernels (the merge runs at 1.3-1.4x its floor): the defaults
-#              against wider merge tiles, B = 128 and 512, M = 8 (GDN, RWKV6) / 4 (KDA);
+#              against wider merge tiles, B = 128 and 512, M = 8 (GDN, RWKV6) / 4 (KDA) (<= 300 s); then, on both
+#              GPUs, the two-GPU device_map check after the launch_device fix (tokens must be identical in fp32);
 #   GPU 1:     Kimi-Linear-48B-A3B TPOT at B = 16, then eval/h200_issue6.sh train (GDN/KDA on transformers'
 #              PyTorch recurrences, RWKV6 with 300 s).
 # Results: $OUT/round5.tar.gz and $OUT/ckpt_<model>.tgz.
@@ -16,9 +16,6 @@ pack() {
     [ -d $R/issue6/checkpoints/$m-shakespeare ] && tar -czf "$OUT/ckpt_$m.tgz" -C $R/issue6/checkpoints $m-shakespeare
   done; true
 }
-timeout 240 python3 eval/multi_gpu_check.py --dtypes float32 --out $R/multi_gpu/multi_gpu_check.json \
-    > $R/multi_gpu/check.log 2>&1
-echo "multi_gpu rc=$?"; grep -v "Loading weights" $R/multi_gpu/check.log | tail -10; pack
 MERGE=('{}' '{"merge": {"block_v": 16, "num_warps": 2}}' '{"merge": {"block_v": 32, "num_warps": 4}}'
        '{"merge": {"block_v": 16, "num_warps": 4}}')
 (
@@ -28,6 +25,10 @@ MERGE=('{}' '{"merge": {"block_v": 16, "num_warps": 2}}' '{"merge": {"block_v": 
         --out $R/merge_${op%:*} > $R/merge_${op%:*}/bench.log 2>&1
     echo "merge ${op%:*} rc=$?"; grep "tune B=" $R/merge_${op%:*}/bench.log | grep best
   done
+  # Both GPUs, after the timed sweep (GPU 1 is training by then: correctness only on both sides).
+  timeout 230 python3 eval/multi_gpu_check.py --dtypes float32 --out $R/multi_gpu/multi_gpu_check.json \
+      > $R/multi_gpu/check.log 2>&1
+  echo "multi_gpu rc=$?"; grep -v "Loading weights" $R/multi_gpu/check.log | tail -10
 ) > $R/merge.log 2>&1 &
 m=$!
 (
