@@ -284,6 +284,8 @@ def hide_fla() -> None:
     """Make transformers build its GDN / KDA layers without flash-linear-attention (its PyTorch chunked recurrences):
     transformers binds FLA's kernels when a modeling module is first imported, so this runs before any model class
     is touched. The weights are the same either way; only the kernels that train them differ."""
+    if "fla" in sys.modules and sys.modules["fla"] is None:
+        return  # hidden already (the test suite hides it the same way)
     if any(name == "fla" or name.startswith("fla.") for name in sys.modules):
         raise RuntimeError("flash-linear-attention was imported before hide_fla(); call it first")
     sys.modules["fla"] = None  # `import fla` raises ImportError; transformers' availability check says False
