@@ -747,7 +747,37 @@ class DeltaLogCache(DynamicCache):
                 f"the model treats layer {layer_idx} as an attention layer, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
             )
+        if self.static:
+            self._fit_static_rows(layer_idx, "keys", "is_initialized", "cumulative_length", key_states.shape[0])
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        self._layer(layer_idx)
+        if self.static:
+            self._fit_static_rows(layer_idx, "indexer_keys", "is_indexer_initialized", "indexer_cumulative_length",
+                                  indexer_key_states.shape[0])
+        return super().update_indexer(indexer_key_states, layer_idx)
+
+    def _fit_static_rows(self, layer_idx: int, buffer: str, flag: str, length: str, rows: int) -> None:
+        """Static mode, before static attention layer ``layer_idx`` writes ``rows`` rows into its preallocated
+        ``buffer`` (``[B, ...]``; ``flag``: whether it is allocated, ``length``: its device token count): a buffer of
+        another batch size is reallocated when it holds no token (after ``reset()``, as the DeltaLog layers do) and
+        refused, before anything changes, when it holds tokens. Compares host shapes; reads the device length only
+        where the sizes differ (never on a valid decode step).
+
+        Raises:
+            ValueError: another batch size while the layer holds tokens.
+        """
+        layer = self.layers[layer_idx]
+        held = getattr(layer, buffer, None)
+        if not getattr(layer, flag, False) or held is None or held.shape[0] == rows:
+            return
+        if int(getattr(layer, length)) != 0:
+            raise self._status.reject(
+                f"layer {layer_idx} holds {held.shape[0]} rows but the model passed {rows}; call cache.reset() (or "
+                "build a new DeltaLogCache) before a batch of another size"
+            )
+        setattr(layer, flag, False)  # transformers' lazy initialisation allocates it again for the new batch
 
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
         self._require_linear(layer_idx)

@@ -127,6 +127,25 @@ def test_batch_size_mismatch_then_reset_to_another_batch():
     assert torch.equal(out, model.generate(ids, max_new_tokens=6, do_sample=False))
 
 
+def test_static_batch_size_mismatch_with_an_attention_layer_first():
+    """Static mode, attention before linear attention (the first layer to see the batch is transformers'
+    StaticLayer): another batch size is refused before any length advances; after reset() it is served."""
+    torch.manual_seed(0)
+    config = family_config("qwen3_5", layer_types=["full_attention", "linear_attention"] * 2)
+    model = transformers.Qwen3_5ForCausalLM(config).eval()
+    cache = DeltaLogCache(model, static=True, max_cache_len=16)
+    forward(model, prompt_ids(2, 5), cache)
+    with pytest.raises(ValueError, match="layer 0 holds 2 rows but the model passed 3"):
+        forward(model, prompt_ids(3, 4), cache)
+    assert int(cache.get_seq_length()) == 5 and [layer.seen_tokens() for layer in cache.deltalog_layers] == [5, 5]
+    cache.reset()
+    ids = prompt_ids(3, 6, seed=2)
+    with torch.no_grad():
+        out = model.generate(ids, cache=cache, max_new_tokens=6, do_sample=False)
+        assert torch.equal(out, model.generate(ids, max_new_tokens=6, do_sample=False))
+    assert int(cache.get_seq_length()) == 11 and [layer.seen_tokens() for layer in cache.deltalog_layers] == [11, 11]
+
+
 # ---------------------------------------------------------------------------------------------- reuse
 def test_second_generate_continues_or_raises():
     model = tiny_model("qwen3_5")

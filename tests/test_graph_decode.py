@@ -187,6 +187,39 @@ def test_static_reprefill_keeps_addresses_and_restarts():
     assert torch.equal(out.sequences, ref)
 
 
+@pytest.mark.parametrize("family", ["qwen3_5", "glm5_next"])  # static attention layers: plain and indexed
+def test_static_reset_then_another_batch_size_crop_and_continue(family):
+    """reset() lets a batch of another size follow in static mode too (the static attention layers reallocate, as
+    the DeltaLog layers do), and every layer's token count stays exact through the decode steps, a crop and a
+    multi-token continuation: tokens == generate with the default cache on the same conversation."""
+    model = tiny_model(family)
+    cache = DeltaLogCache(model, static=True, max_cache_len=24, merge_interval=3, crop_ring=True)
+    kw = dict(do_sample=False, eos_token_id=None)
+
+    def held():
+        counts = {layer.seen_tokens() for layer in cache.deltalog_layers} | {int(cache.get_seq_length())}
+        assert len(counts) == 1, counts
+        return counts.pop()
+
+    graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=6, eos_token_id=None, capture=False)
+    assert held() == 7 + 6 - 1
+    cache.reset()
+    assert held() == 0
+    ids = prompt_ids(3, 5, seed=3)
+    out = graph_generate(model, ids, cache=cache, max_new_tokens=6, eos_token_id=None, capture=False).sequences
+    with torch.no_grad():
+        assert torch.equal(out, model.generate(ids, max_new_tokens=6, **kw))
+    assert held() == 5 + 6 - 1
+    cache.crop(-1)  # 5 decode steps at M = 3: the last 2 are in the log
+    assert held() == 9
+    # The user's next turn: the cropped token and 3 new ones in one forward, then decode steps.
+    conversation = torch.cat([out[:, :10], prompt_ids(3, 3, seed=4)], dim=1)
+    with torch.no_grad():
+        ours = model.generate(conversation, past_key_values=cache, max_new_tokens=5, **kw)
+        assert torch.equal(ours, model.generate(conversation, max_new_tokens=5, **kw))
+    assert held() == 13 + 5 - 1
+
+
 def test_static_dense_path_writes_the_base_in_place():
     """Where a layer decodes densely through an external kernel that returns a new state (FLA's on a GPU), static
     mode copies it into the base (fixed address) instead of rebinding the attribute."""
