@@ -1012,8 +1012,7 @@ def run(args):
 
     if args.cpu_smoke:
         device = torch.device("cpu")
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from generate_compare import collapse_autotuners
+        from hf_deltalog.interpreter import collapse_autotuners
 
         collapse_autotuners()  # FLA's baselines are autotuned: one config under the interpreter
         shape_kw = dict(Hk=4, HV=4, K=16, V=16) if OP.per_key else dict(Hk=2, HV=4, K=16, V=16)

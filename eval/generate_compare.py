@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import math
 import signal
 import time
 
@@ -69,13 +68,18 @@ def stacks_on_sigterm(enabled: bool = True):
             faulthandler.unregister(signal.SIGTERM)
 
 
-def collapse_autotuners() -> None:
-    """Under the interpreter there is no driver to time configs: keep the one with the largest blocks."""
-    from triton.runtime.autotuner import Autotuner
+def select_device(cpu_smoke: bool):
+    """The device of a check: the CPU for ``--cpu-smoke`` (``TRITON_INTERPRET=1`` set by the caller; FLA's autotuners
+    collapsed to one config, since the interpreter cannot time them), else CUDA; exits when neither applies."""
+    import sys
 
-    prune = Autotuner.prune_configs
+    import torch
 
-    def volume(config):
-        return math.prod(v for v in config.kwargs.values() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    from hf_deltalog.interpreter import collapse_autotuners
 
-    Autotuner.prune_configs = lambda self, kwargs: [max(prune(self, kwargs), key=volume)]
+    if cpu_smoke:
+        collapse_autotuners()
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    sys.exit("no CUDA device: run with --cpu-smoke on a CPU")

@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generate_compare import collapse_autotuners, compare, log, parse_runs, stacks_on_sigterm  # noqa: E402
+from generate_compare import compare, log, parse_runs, select_device, stacks_on_sigterm  # noqa: E402
 
 DTYPES = ("float32", "bfloat16")
 
@@ -129,13 +129,7 @@ def main(argv=None) -> list[dict]:
     import torch
     import transformers
 
-    if a.cpu_smoke:
-        device = torch.device("cpu")
-        collapse_autotuners()  # transformers binds its KDA/GDN layers to FLA's autotuned kernels where FLA is installed
-    elif torch.cuda.is_available():
-        device = torch.device("cuda")
-    else:
-        sys.exit("no CUDA device: run with --cpu-smoke on a CPU")
+    device = select_device(a.cpu_smoke)  # under --cpu-smoke FLA's autotuners (which transformers may bind) collapse
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     with stacks_on_sigterm(not a.cpu_smoke):

@@ -22,8 +22,6 @@ on SIGTERM (``timeout``) every thread's Python stack is dumped to stderr, so a s
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
 import os
 import sys
@@ -32,7 +30,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generate_compare import collapse_autotuners, compare, log, parse_runs, stacks_on_sigterm  # noqa: E402
+from generate_compare import compare, log, parse_runs, select_device, stacks_on_sigterm  # noqa: E402
 
 FAMILIES = ("rwkv6", "gated_deltanet", "kda")
 DTYPES = ("float32", "bfloat16")
@@ -55,35 +53,13 @@ def _config(family: str, smoke: bool):
     return cls(**common, hidden_size=64 if smoke else 1024, conv_size=4, hidden_ratio=2, **heads)
 
 
-@contextlib.contextmanager
-def _cache_reaches_model(model):
-    """Let ``generate`` hand a user cache to an FLA model (FLA 0.6.0 reads ``past_key_values``, transformers 5.24
-    passes ``cache``)."""
-    cls = type(model)
-
-    def validate(model_kwargs):
-        cls._validate_model_kwargs(model, {k: v for k, v in model_kwargs.items() if k != "cache"})
-
-    @functools.wraps(model.prepare_inputs_for_generation)
-    def prepare(*args, **kwargs):
-        inputs = cls.prepare_inputs_for_generation(model, *args, **kwargs)
-        if inputs.get("cache") is not None:
-            inputs["past_key_values"] = inputs.pop("cache")
-        return inputs
-
-    model._validate_model_kwargs, model.prepare_inputs_for_generation = validate, prepare
-    try:
-        yield
-    finally:
-        del model._validate_model_kwargs, model.prepare_inputs_for_generation
-
-
 def check_family(family: str, a, device) -> list[dict]:
     import torch
     from fla.models import GatedDeltaNetForCausalLM, KDAForCausalLM, RWKV6ForCausalLM
     from fla.models.utils import Cache
 
     from hf_deltalog import DeltaLogCache
+    from hf_deltalog.fla_cache import fla_generate_handover
 
     classes = {"rwkv6": RWKV6ForCausalLM, "gated_deltanet": GatedDeltaNetForCausalLM, "kda": KDAForCausalLM}
     rows = []
@@ -101,8 +77,9 @@ def check_family(family: str, a, device) -> list[dict]:
             with torch.no_grad():
                 log(f"{what}: reference generate (FLA's cache) ...")
                 t0 = time.perf_counter()
-                with _cache_reaches_model(model):
-                    ref = model.generate(ids, past_key_values=Cache(), **kw)
+                reference_cache = Cache()
+                with fla_generate_handover(model, reference_cache):  # FLA's generate would drop its own cache
+                    ref = model.generate(ids, past_key_values=reference_cache, **kw)
                 t_ref = time.perf_counter() - t0
                 log(f"{what}: DeltaLogCache generate ...")
                 cache = DeltaLogCache(model, merge_interval=M)
@@ -155,13 +132,7 @@ def main(argv=None) -> list[dict]:
     import torch
     import transformers
 
-    if a.cpu_smoke:
-        collapse_autotuners()
-        device = torch.device("cpu")
-    elif torch.cuda.is_available():
-        device = torch.device("cuda")
-    else:
-        sys.exit("no CUDA device: run with --cpu-smoke on a CPU")
+    device = select_device(a.cpu_smoke)  # under --cpu-smoke FLA's autotuners (which transformers may bind) collapse
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     with stacks_on_sigterm(not a.cpu_smoke):

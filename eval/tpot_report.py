@@ -78,6 +78,22 @@ def _parting(run) -> str:
             f"{m['baseline_max']:.3f}")
 
 
+def _log2_batch_axis(ax, ylabel):
+    """Batch size on a log2 x axis, a grid and a small legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _finish(fig, path):
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=130)
+    return fig
+
+
 def _axes(plt, n):
     fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.8), squeeze=False)
     return fig, axes[0]
@@ -101,16 +117,9 @@ def plot_tpot(data, path=None):
                 lo = [r["tpot_ms_min"] for r in rows]
                 hi = [r["tpot_ms_max"] for r in rows]
                 ax.fill_between(xs, lo, hi, color=color, alpha=0.15)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("ms per output token (decode)")
         ax.set_title(model)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=130)
-    return fig
+        _log2_batch_axis(ax, "ms per output token (decode)")
+    return _finish(fig, path)
 
 
 def plot_speedup(data, path=None):
@@ -126,15 +135,8 @@ def plot_speedup(data, path=None):
                 ax.plot([r["batch"] for r in rows], [r["speedup_vs_baseline"] for r in rows], style, marker="o",
                         color=f"C{i}", label=f"{model}, {mode}")
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("TPOT speedup (baseline / DeltaLog)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=130)
-    return fig
+    _log2_batch_axis(ax, "TPOT speedup (baseline / DeltaLog)")
+    return _finish(fig, path)
 
 
 def plot_state_share(data, path=None):
@@ -161,10 +163,7 @@ def plot_state_share(data, path=None):
         ax.set_title(f"{model} ({clock} time)")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=130)
-    return fig
+    return _finish(fig, path)
 
 
 def main(argv=None):

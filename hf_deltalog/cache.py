@@ -602,6 +602,24 @@ def _check_merge_interval(value: Any, default: int) -> int:
     return value
 
 
+def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
+    """``beam_idx`` as a 1-D integer tensor (lists and tuples are converted) for a cache of ``rows`` rows (-1: not
+    allocated yet, any length).
+
+    Raises:
+        TypeError: not a 1-D integer tensor (or sequence) of row indices.
+        ValueError: its length is not ``rows``.
+    """
+    if isinstance(beam_idx, (list, tuple)):
+        beam_idx = torch.tensor(beam_idx)
+    if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.is_floating_point() or \
+            beam_idx.dtype == torch.bool:
+        raise TypeError(f"beam_idx must be a 1-D integer tensor of row indices; got {beam_idx!r}")
+    if rows != -1 and beam_idx.shape[0] != rows:
+        raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
+    return beam_idx
+
+
 class DeltaLogCache(DynamicCache):
     """A transformers cache whose linear-attention layers keep a dense base plus a log of recent rank-1 updates.
 
@@ -893,14 +911,7 @@ class DeltaLogCache(DynamicCache):
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``)."""
-        if isinstance(beam_idx, (list, tuple)):
-            beam_idx = torch.tensor(beam_idx)
-        if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.is_floating_point() or \
-                beam_idx.dtype == torch.bool:
-            raise TypeError(f"beam_idx must be a 1-D integer tensor of row indices; got {beam_idx!r}")
-        rows = self.batch_size
-        if rows != -1 and beam_idx.shape[0] != rows:
-            raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
+        beam_idx = check_beam_idx(beam_idx, self.batch_size)
         super().reorder_cache(beam_idx)
         if self._ledger is not None:
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))

@@ -40,7 +40,14 @@ import torch.nn.functional as F
 from fla.models.cache_utils import FLALayer
 from fla.models.utils import Cache as FLACache
 
-from hf_deltalog.cache import BACKENDS, DENSE_BELOW_STATE_BYTES, _check_continuation, _check_merge_interval, _Status
+from hf_deltalog.cache import (
+    BACKENDS,
+    DENSE_BELOW_STATE_BYTES,
+    _check_continuation,
+    _check_merge_interval,
+    _Status,
+    check_beam_idx,
+)
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
@@ -579,14 +586,7 @@ class FLADeltaLogCache(FLACache):
     # ------------------------------------------------------------------ batch and lifecycle
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``)."""
-        if isinstance(beam_idx, (list, tuple)):
-            beam_idx = torch.tensor(beam_idx)
-        if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.is_floating_point() or \
-                beam_idx.dtype == torch.bool:
-            raise TypeError(f"beam_idx must be a 1-D integer tensor of row indices; got {beam_idx!r}")
-        rows = self.batch_size
-        if rows != -1 and beam_idx.shape[0] != rows:
-            raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
+        beam_idx = check_beam_idx(beam_idx, self.batch_size)
         for layer in self.layers:
             layer.reorder_cache(beam_idx)
         if self._ledger is not None:
