@@ -14,7 +14,9 @@
 #      densely through FLA's kernel, M = 1)                                                  timeout 470 s
 #   Q  parity gdn with M = 8, then kda with M = 4 (the DeltaLog log and its Triton kernels)  240 s + 240 s
 #   R  train rwkv6 (--time-budget 60), then its parity (DeltaLogCache default M = 8)         300 s + 180 s
-#      (on 2026-11-30 the RWKV6 training did not finish its first step, mostly Triton compilation, within 180 s)
+#      (RWKV6 trains on FLA's PyTorch references, train_tiny.py --rwkv6-kernels torch: about 1 s per step on the H200,
+#      so 60 s leave it above the perplexity bound; eval/h200_x2_round6.sh gives it 200 s. Through FLA's kernels its
+#      first step, mostly Triton compilation, did not end within 180 s on 2026-11-30)
 #   T  train gdn, then kda (--time-budget 60 each; transformers' PyTorch recurrences: train_tiny.py --fla auto)
 #                                                                                            170 s + 170 s
 # Every parity run rewrites parity.json / parity.md after each finished task ("complete": false until the end), so a

@@ -15,14 +15,20 @@ device, time) and `loss_curve.png` (when matplotlib is installed; otherwise draw
     python eval/train_tiny.py train --model kda --smoke --out /tmp/kda-smoke      # a few CPU steps (tests)
     python eval/train_tiny.py plot eval/checkpoints/gdn-shakespeare                # PNG from training_log.json
 
-The RWKV6 model needs `flash-linear-attention` (its layers are FLA Triton kernels): on a GPU, or on the CPU under
-`TRITON_INTERPRET=1` for a `--smoke` run (minutes per step at these head sizes; `hf_deltalog.interpreter` collapses
-FLA's autotuners and keeps its RWKV6 layers on the fused-recurrent kernel there, nothing of which applies on a GPU).
+The RWKV6 model is flash-linear-attention's (`fla.models.RWKV6ForCausalLM`; the package must be installed). By
+default (`--rwkv6-kernels torch`) it trains and is scored through FLA's own PyTorch references of its Triton ops (the
+recurrence `naive_recurrent_rwkv6`, `token_shift_ref`, `layer_norm_ref`, `group_norm_ref`, torch's activations: see
+`rwkv6_kernels`), on
+the CPU and on a GPU alike: FLA's Triton kernels cannot run on a CPU outside the interpreter (minutes per step there),
+and on the H200's Triton 3.6 their first training step, mostly compilation, did not end within 180 s.
+`--rwkv6-kernels fla` keeps FLA's kernels. The checkpoint is the same model class either way, and decodes through
+FLA's kernels once loaded normally.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -72,6 +78,70 @@ def model_config(name: str, tokenizer) -> transformers.PretrainedConfig:
         return RWKV6Config(**special, hidden_size=HIDDEN, num_hidden_layers=4, num_heads=2, expand_k=1.0,
                            expand_v=1.0, hidden_ratio=3.0, max_position_embeddings=2048, fuse_cross_entropy=False)
     raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
+
+
+def _rwkv6_torch(r, k, v, w, u, scale=1.0, initial_state=None, output_final_state=False, cu_seqlens=None, **kw):
+    """FLA's `fused_recurrent_rwkv6` / `chunk_rwkv6` signature (`[B, T, H, K]` inputs, `w` the log decay) computed by
+    FLA's PyTorch recurrence `naive_recurrent_rwkv6` (`[B, H, T, K]` inputs, fp32 inside, output in `r`'s dtype)."""
+    from fla.ops.rwkv6.recurrent_naive import naive_recurrent_rwkv6
+
+    if cu_seqlens is not None or kw.get("reverse"):
+        raise NotImplementedError("the PyTorch RWKV6 recurrence takes neither cu_seqlens nor reverse")
+    o, state = naive_recurrent_rwkv6(*(x.transpose(1, 2) for x in (r, k, v, w)), u, scale=scale,
+                                     initial_state=initial_state, output_final_state=output_final_state)
+    return o.transpose(1, 2), state
+
+
+def _norm_torch(ref):
+    """FLA's fused `layer_norm` / `group_norm` signature computed by its PyTorch reference `ref`."""
+    def norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False, is_rms_norm=False,
+             num_groups=None):
+        if residual_in_fp32:
+            raise NotImplementedError("the PyTorch norm reference keeps the residual in x's dtype")
+        if num_groups is None:
+            if is_rms_norm:
+                raise NotImplementedError("layer_norm(is_rms_norm=True)")
+            return ref(x, weight, bias, residual=residual, eps=eps, prenorm=prenorm)
+        return ref(x, weight, bias, num_groups, residual=residual, eps=eps, is_rms_norm=is_rms_norm, prenorm=prenorm)
+    return norm
+
+
+@contextlib.contextmanager
+def rwkv6_kernels(kind: str):
+    """Within the block FLA's RWKV6 model runs `kind`: "fla" (its Triton kernels, unchanged) or "torch": FLA's own
+    PyTorch references in place of every Triton op the model calls (the recurrence: `naive_recurrent_rwkv6`; the token
+    shift: `token_shift_ref`; the fused layer and group norms: `layer_norm_ref`, `group_norm_ref`; the swish and
+    squared-ReLU activations: torch's), bound in the namespaces that call them (the activations in `ACT2FN`, for
+    the layers built inside the block) and put back on exit. Same math, other kernels; the weights are the same model's."""
+    if kind not in ("torch", "fla"):
+        raise ValueError(f"rwkv6 kernels {kind!r}: expected 'torch' or 'fla'")
+    if kind == "fla":
+        yield
+        return
+    import fla.layers.rwkv6 as layer
+    import fla.models.rwkv6.modeling_rwkv6 as modeling
+    import fla.modules.norm.layernorm as norms
+    from fla.modules.token_shift import token_shift_ref
+
+    from fla.modules.activations import ACT2FN
+
+    swaps = [(layer, "fused_recurrent_rwkv6", _rwkv6_torch), (layer, "chunk_rwkv6", _rwkv6_torch),
+             (layer, "token_shift", token_shift_ref), (modeling, "token_shift", token_shift_ref),
+             (norms, "layer_norm", _norm_torch(norms.layer_norm_ref)),
+             (norms, "group_norm", _norm_torch(norms.group_norm_ref))]
+    # The activations are looked up when a layer is built (FLA's Triton swish and squared ReLU)
+    acts = {"swish": F.silu, "sqrelu": lambda x: F.relu(x).square()}
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in swaps]
+    saved_acts = {name: ACT2FN[name] for name in acts}
+    for mod, name, fn in swaps:
+        setattr(mod, name, fn)
+    ACT2FN.update(acts)
+    try:
+        yield
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+        ACT2FN.update(saved_acts)
 
 
 def windows(ids: torch.Tensor, length: int) -> torch.Tensor:
@@ -316,6 +386,9 @@ def main() -> None:
     t.add_argument("--init", type=Path, default=None,
                    help="continue from a checkpoint this script wrote (its curve is kept; a new warmup and decay)")
     t.add_argument("--smoke", action="store_true", help="a few tiny steps (CPU tests): 4 steps of batch 2 x 64")
+    t.add_argument("--rwkv6-kernels", choices=("torch", "fla"), default="torch",
+                   help="rwkv6 only: FLA's PyTorch references (torch, the default) or its Triton kernels (fla); "
+                        "see the module docstring")
     t.add_argument("--fla", choices=("auto", "yes", "no"), default="auto",
                    help="build the GDN / KDA layers with flash-linear-attention's kernels (yes) or with transformers' "
                         "own PyTorch recurrences (no). auto: no for gdn and kda (FLA 0.6.0 refuses its gated chunked "
@@ -340,7 +413,8 @@ def main() -> None:
         args.warmup, args.val_windows, args.test_tokens = 2, 2, 256
     if args.out is None:
         args.out = CHECKPOINTS / f"{args.model}-shakespeare"
-    train(args)
+    with rwkv6_kernels(args.rwkv6_kernels if args.model == "rwkv6" else "fla"):
+        train(args)
 
 
 if __name__ == "__main__":
