@@ -6,7 +6,7 @@ Per linear-attention layer (shapes with named dims; ``C = M − 1`` log slots, `
     log_decay  [B, HV]       fp32   cumulative log-decay ℓ̄ since that merge ([B, HV, K] for KDA: one per key channel)
     k_log      [B, Hk, C, K] fp32   key-side factors (l2-normalised keys), one per key head (a GQA group shares them)
     u_log      [B, HV, C, V] fp32   value-side factors u_t = β_t (v_t − S'ᵀ k̂_t)
-    decay_log  [B, HV, C]    fp32   ℓ̄ when each entry was written ([B, HV, C, K] for KDA)
+    decay_log  [B, HV, C]    fp32   each entry's own log-decay λ_i ([B, HV, C, K] for KDA); ℓ̄ − Λ_i = Σ_{j>i} λ_j
     length     [B]           int32  live entries L per row (a device tensor; never read on the decode path)
 
 The logical state is ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ`` (seed paper, Eq. 7; see
@@ -543,12 +543,12 @@ class DeltaLogLayer(LinearAttentionLayer):
             self._fold_decoded()
         if n > 0:
             self.length.sub_(n)
-            last = (self.length.to(torch.int64) - 1).clamp(min=0)
-            index = last.view(-1, 1, 1, *([1] * (self.decay_log.dim() - 3)))
-            index = index.expand(-1, self.num_v_heads, 1, *self.decay_log.shape[3:])
-            snapshot = self.decay_log.gather(2, index).squeeze(2)  # Λ of the newest kept entry: [B, HV(, K)]
-            keep = (self.length > 0).view(-1, *([1] * (snapshot.dim() - 1)))
-            self.log_decay.copy_(torch.where(keep, snapshot, torch.zeros_like(snapshot)))
+            # ℓ̄ of the kept log: the sum of its entries' own log-decays, oldest first (as the steps added them)
+            C = self.decay_log.shape[2]
+            kept = torch.arange(C, device=self.length.device)[None, :] < self.length[:, None].to(torch.int64)
+            kept = kept.view(kept.shape[0], 1, C, *([1] * (self.decay_log.dim() - 3)))
+            lam = torch.where(kept, self.decay_log, torch.zeros_like(self.decay_log))
+            self.log_decay.copy_(lam.sum(2) if C else torch.zeros_like(self.log_decay))
             self._seen -= n
             if self.crop_ring:
                 self.conv_pos.sub_(n)

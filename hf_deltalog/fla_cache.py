@@ -13,7 +13,7 @@ Per recurrent layer the dict's ``recurrent_state`` is a :class:`FLADeltaLogState
     log_decay  [B, HV] (GDN) or [B, HV, K] (KDA, RWKV6: one log-decay per key channel) fp32
     k_log      [B, Hk, C, K] fp32   key-side factors (GDN/KDA: l2-normalised keys; RWKV6: raw keys)
     u_log      [B, HV, C, V] fp32   value-side factors (GDN/KDA: u_t = β_t (v_t − S'ᵀk̂_t); RWKV6: raw values v_t)
-    decay_log  [B, HV, C] or [B, HV, C, K] fp32   ℓ̄ when each entry was written
+    decay_log  [B, HV, C] or [B, HV, C, K] fp32   each entry's own log-decay λ_i (ℓ̄ − Λ_i = Σ_{j>i} λ_j)
     length     [B] int32             live entries per row
 
 The math of each operator is in :mod:`hf_deltalog.kernels.gdn.naive`, :mod:`hf_deltalog.kernels.kda.naive` and

@@ -46,13 +46,12 @@ def make_state(B, Hk, HV, K, V, M, state_v_first, lengths, seed, length_dtype=to
     decay_log = torch.full((B, HV, C), nan)
     for b, L in enumerate(lengths):
         assert 0 <= L <= C
-        steps = -torch.rand(HV, L + 1, generator=gen) * 0.3  # per-step log-decays g ≤ 0
-        lam = steps.cumsum(-1)  # Λ_i = ℓ̄ after step i; ℓ̄ ≤ Λ_i
+        steps = -torch.rand(HV, L + 1, generator=gen) * 0.3  # per-step log-decays g ≤ 0: each entry's own λ_i
         if L:
-            decay_log[b, :, :L] = lam[:, :L]
+            decay_log[b, :, :L] = steps[:, :L]
             k_log[b, :, :L] = torch.nn.functional.normalize(torch.randn(Hk, L, K, generator=gen), dim=-1)
             u_log[b, :, :L] = torch.randn(HV, L, V, generator=gen) * 0.3
-        log_decay[b] = lam[:, L - 1] if L else 0.0
+        log_decay[b] = steps[:, :L].sum(-1) if L else 0.0  # ℓ̄ = Σ λ_i
     length = torch.tensor(lengths, dtype=length_dtype)
     return [base, log_decay, k_log, u_log, decay_log, length]
 

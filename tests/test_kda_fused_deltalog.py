@@ -22,7 +22,7 @@ NAMES = ("base", "log_decay", "k_log", "u_log", "decay_log", "length")
 
 
 def make_state(B, Hk, HV, K, V, M, lengths, seed):
-    """Buffers with lengths[b] live entries (consistent cumulative decays, normalised keys); stale slots hold NaN."""
+    """Buffers with lengths[b] live entries (consistent log-decays: ℓ̄ = Σ λ_i, normalised keys); stale slots hold NaN."""
     gen = torch.Generator().manual_seed(seed)
     C, nan = M - 1, float("nan")
     base = torch.randn(B, HV, K, V, generator=gen) * 0.5
@@ -30,12 +30,12 @@ def make_state(B, Hk, HV, K, V, M, lengths, seed):
     k_log, u_log = torch.full((B, Hk, C, K), nan), torch.full((B, HV, C, V), nan)
     decay_log = torch.full((B, HV, C, K), nan)
     for b, L in enumerate(lengths):
-        lam = (-torch.rand(HV, L + 1, K, generator=gen) * 0.3).cumsum(1)
+        lam = -torch.rand(HV, L + 1, K, generator=gen) * 0.3  # each entry's own log-decay
         if L:
             decay_log[b, :, :L] = lam[:, :L]
             k_log[b, :, :L] = torch.nn.functional.normalize(torch.randn(Hk, L, K, generator=gen), dim=-1)
             u_log[b, :, :L] = torch.randn(HV, L, V, generator=gen) * 0.3
-            log_decay[b] = lam[:, L - 1]
+            log_decay[b] = lam[:, :L].sum(1)  # ℓ̄ = Σ λ_i
     return [base, log_decay, k_log, u_log, decay_log, torch.tensor(lengths, dtype=torch.int32)]
 
 

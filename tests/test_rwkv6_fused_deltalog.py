@@ -25,7 +25,7 @@ NAMES = ("base", "log_decay", "k_log", "v_log", "decay_log", "length")
 
 
 def make_state(B, H, K, V, M, lengths, seed, factor_dtype=torch.float32):
-    """Buffers with lengths[b] live entries (consistent cumulative decays); stale slots hold NaN."""
+    """Buffers with lengths[b] live entries (consistent log-decays: ℓ̄ = Σ λ_i); stale slots hold NaN."""
     gen = torch.Generator().manual_seed(seed)
     C, nan = M - 1, float("nan")
     base = torch.randn(B, H, K, V, generator=gen) * 0.5
@@ -34,12 +34,12 @@ def make_state(B, H, K, V, M, lengths, seed, factor_dtype=torch.float32):
     v_log = torch.full((B, H, C, V), nan, dtype=factor_dtype)
     decay_log = torch.full((B, H, C, K), nan)
     for b, L in enumerate(lengths):
-        lam = (-torch.rand(H, L + 1, K, generator=gen) * 0.3).cumsum(1)
+        lam = -torch.rand(H, L + 1, K, generator=gen) * 0.3  # each entry's own log-decay
         if L:
             decay_log[b, :, :L] = lam[:, :L]
             k_log[b, :, :L] = (torch.randn(H, L, K, generator=gen) * 0.3).to(factor_dtype)
             v_log[b, :, :L] = (torch.randn(H, L, V, generator=gen) * 0.3).to(factor_dtype)
-            log_decay[b] = lam[:, L - 1]
+            log_decay[b] = lam[:, :L].sum(1)  # ℓ̄ = Σ λ_i
     return [base, log_decay, k_log, v_log, decay_log, torch.tensor(lengths, dtype=torch.int32)]
 
 

@@ -15,9 +15,10 @@ Kernel design: two launches per step, no host synchronisation
 ----------------------------------------------------------------
 1. ``_deltalog_gdn_prepare_kernel``, grid ``B · Hk`` (one program per row and key head): l2-normalises and scales
    ``q``/``k`` once, loads the key head's live log ``K_i`` once and forms the replay coefficients
-   ``w_i (k̂·K_i)``, ``w_i (q̂·K_i)`` and ``w_i = exp(ℓ̄' − Λ_i)`` for the ``G = HV // Hk`` value heads of its GQA
-   group, advances their ``log_decay`` (``ℓ̄'`` on append rows, 0 on merge rows) and, on append rows, writes ``k̂`` and
-   ``ℓ̄'`` into slot ``L``. Everything the second kernel needs goes to a small per-row fp32 workspace
+   ``w_i (k̂·K_i)``, ``w_i (q̂·K_i)`` and ``w_i = exp(ℓ̄' − Λ_i) = exp(g_t + Σ_{j>i} λ_j)`` (the entries' own
+   log-decays summed from the newest backwards, as ``kernels.common.later_decay_sums``) for the ``G = HV // Hk`` value
+   heads of its GQA group, advances their ``log_decay`` (``ℓ̄'`` on append rows, 0 on merge rows) and, on append rows,
+   writes ``k̂`` and the step's log-decay ``g_t`` into slot ``L``. Everything the second kernel needs goes to a small per-row fp32 workspace
    (``[B, 2·Hk·K + HV·(3C + 2) + 1]``, see :func:`deltalog_gdn_workspace`), including the phase ``L``.
 2. ``_deltalog_gdn_decode_kernel``, grid ``B · (HV / HPP) · NV`` flattened on axis 0 (one program per row, group of
    ``HPP`` value heads (default 1) and ``BV``-wide value tile, the tile fastest): normalises the raw ``q``/``k`` of
@@ -130,20 +131,23 @@ def _deltalog_gdn_prepare_kernel(
 
     for j in range(G):
         i_hv = i_hk * G + j
-        g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32)
-        ell = tl.load(log_decay_ptr + i_b * HV + i_hv) + tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
+        g_t = tl.maximum(tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32), -104.0)  # LOG_DECAY_FLOOR
+        ell = tl.load(log_decay_ptr + i_b * HV + i_hv) + g_t
         p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)
         tl.store(p_ws, tl.exp(ell))
         tl.store(p_ws + 1, qk)
         if C > 0:
-            lam = tl.load(decay_log_ptr + (i_b * HV + i_hv) * C + offs_c, mask=live, other=0.0)
-            w = tl.where(live, tl.exp(ell - lam), 0.0)  # exponents ≤ 0: differences of cumulative log-decays
+            # ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot
+            # shifted, summed from the newest backwards; exponents ≤ 0
+            lam_next = tl.load(decay_log_ptr + (i_b * HV + i_hv) * C + offs_c + 1, mask=(offs_c + 1 < L) & live,
+                               other=0.0)
+            w = tl.where(live, tl.exp(tl.cumsum(lam_next, axis=0, reverse=True) + g_t), 0.0)
             mask_c = offs_c < C
             tl.store(p_ws + 2 + offs_c, w * kK, mask=mask_c)
             tl.store(p_ws + 2 + C + offs_c, w * qK, mask=mask_c)
             tl.store(p_ws + 2 + 2 * C + offs_c, w, mask=mask_c)
             if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
-                tl.store(decay_log_ptr + (i_b * HV + i_hv) * C + L, ell)
+                tl.store(decay_log_ptr + (i_b * HV + i_hv) * C + L, g_t)  # the entry's own log-decay
         tl.store(log_decay_ptr + i_b * HV + i_hv, tl.where(is_merge, 0.0, ell))
 
 
@@ -532,7 +536,8 @@ def fused_deltalog_gdn_decode(
         log_decay: fp32 ``[B, HV]`` cumulative log-decay ``ℓ̄`` since the last merge; mutated.
         k_log: fp32 ``[B, Hk, C, K]`` normalised keys of the live updates; slot ``L`` written on append rows.
         u_log: fp32 ``[B, HV, C, V]`` value-side factors ``u_i``; slot ``L`` written on append rows.
-        decay_log: fp32 ``[B, HV, C]`` snapshots ``Λ_i`` of ``ℓ̄``; slot ``L`` written on append rows.
+        decay_log: fp32 ``[B, HV, C]`` own log-decays ``λ_i`` of the entries' steps; slot ``L`` written on append
+            rows.
         length: int32/int64 ``[B]`` live entries ``L`` per row; set to ``L + 1`` (append) or 0 (merge).
         workspace: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 1]`` scratch (:func:`deltalog_gdn_workspace`); overwritten.
         scale: query scale; default ``K ** -0.5``.

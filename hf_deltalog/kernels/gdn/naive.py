@@ -12,15 +12,18 @@ Notation (per value head; the state is key-major, ``S ∈ R^{K×V}``, as transfo
       o_t = S_tᵀ q̂_t                                       (read the updated state)
 
 * DeltaLog (the seed paper's Eq. 7): the logical state is a dense ``base`` plus the ``L ≤ C = M − 1``
-  most recent rank-1 updates, each stored with the cumulative log-decay ``Λ_i`` reached when it was
-  written; ``ℓ̄`` is the cumulative log-decay since the last merge::
+  most recent rank-1 updates; ``ℓ̄`` is the cumulative log-decay since the last merge and ``Λ_i`` its value when
+  entry ``i`` was written::
 
       S = exp(ℓ̄) · base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ
 
   A decode step sets ``ℓ̄ ← ℓ̄ + g_t``, computes ``S'ᵀk̂`` and ``S'ᵀq̂`` from the base and the log without
-  materialising ``S'``, then *appends* ``(k̂_t, u_t, ℓ̄)`` when ``L < C`` or *merges* (writes ``S_t``
-  into the base, ``ℓ̄ ← 0``, ``L ← 0``) when ``L = C``. Every exponent is a difference
-  ``ℓ̄ − Λ_i ≤ 0`` of cumulative log-decays (for ``g ≤ 0``), so it can underflow to 0 but never overflow.
+  materialising ``S'``, then *appends* ``(k̂_t, u_t, g_t)`` when ``L < C`` or *merges* (writes ``S_t``
+  into the base, ``ℓ̄ ← 0``, ``L ← 0``) when ``L = C``. Each entry keeps its own step's log-decay ``λ_i = g_i``,
+  and ``ℓ̄ − Λ_i = Σ_{j>i} λ_j`` is summed from the newest entry backwards
+  (:func:`hf_deltalog.kernels.common.later_decay_sums`) rather than taken as a difference of two fp32 running sums,
+  which a strong decay before entry ``i`` would leave with its rounding error. Every exponent is ≤ 0 (for
+  ``g ≤ 0``): it can underflow to 0 but never overflow.
   ``M = 1`` (``C = 0``) merges on every step and is eager dense decoding.
 
 GQA: key head ``h`` serves the ``G = HV // Hk`` consecutive value heads ``h·G … h·G + G − 1``
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, later_decay_sums
 
 __all__ = [
     "l2norm",
@@ -147,13 +150,17 @@ def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V
 
 
 def _replay_weights(
-    log_decay_now: torch.Tensor, decay_log: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, length: torch.Tensor
+    extra: torch.Tensor | None, decay_log: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, length: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``w[b, h, i] = exp(ℓ̄ − Λ_i)`` for live entries ``i < L[b]``, else 0 (``[B, HV, C]``), and ``k_log``/``u_log``
-    with the stale entries replaced by zeros, so that whatever a stale slot holds (even NaN) never reaches the output."""
+    """``w[b, h, i] = exp(ℓ̄ − Λ_i + extra)`` for live entries ``i < L[b]``, else 0 (``[B, HV, C]``), with
+    ``ℓ̄ − Λ_i`` from :func:`later_decay_sums` and ``extra`` ``[B, HV]`` this step's log-decay (None: 0), and
+    ``k_log``/``u_log`` with the stale entries replaced by zeros, so that whatever a stale slot holds (even NaN) never
+    reaches the output."""
     C = decay_log.shape[-1]
     live = (torch.arange(C, device=length.device)[None, :] < length[:, None].to(torch.int64))[:, None, :]  # [B, 1, C]
-    diff = torch.where(live, log_decay_now[..., None] - decay_log, torch.zeros_like(decay_log))
+    diff = later_decay_sums(decay_log, length)
+    if extra is not None:
+        diff = diff + extra[..., None]
     w = torch.where(live, diff.exp(), torch.zeros_like(decay_log))
     k_live = torch.where(live[..., None], k_log, torch.zeros_like(k_log))
     return w, k_live, torch.where(live[..., None], u_log, torch.zeros_like(u_log))
@@ -176,7 +183,8 @@ def naive_deltalog_gdn_materialize(
         log_decay: ``[B, HV]`` fp32 cumulative log-decay ``ℓ̄`` since the last merge.
         k_log: ``[B, Hk, C, K]`` fp32 key-side factors (l2-normalised keys), one per key head.
         u_log: ``[B, HV, C, V]`` fp32 value-side factors ``u_i = β_i (v_i − S'ᵀ k̂_i)``.
-        decay_log: ``[B, HV, C]`` fp32 snapshots ``Λ_i`` of ``ℓ̄`` when entry ``i`` was written.
+        decay_log: ``[B, HV, C]`` fp32 log-decay ``λ_i`` of the step that wrote entry ``i`` (so
+            ``ℓ̄ − Λ_i = Σ_{j>i} λ_j``: :func:`hf_deltalog.kernels.common.later_decay_sums`).
         length: ``[B]`` int32/int64 live entries ``L`` per row (``0 ≤ L ≤ C``).
         state_v_first: layout of ``base``.
 
@@ -191,7 +199,7 @@ def naive_deltalog_gdn_materialize(
     _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
     G = HV // Hk
     base_kv = base.transpose(-1, -2) if state_v_first else base
-    w, k_live, u_live = _replay_weights(log_decay, decay_log, k_log, u_log, length)
+    w, k_live, u_live = _replay_weights(None, decay_log, k_log, u_log, length)
     k_hv = k_live.repeat_interleave(G, dim=1)  # [B, HV, C, K]
     return log_decay.exp()[..., None, None] * base_kv + torch.einsum("bhc,bhck,bhcv->bhkv", w, k_hv, u_live)
 
@@ -256,9 +264,10 @@ def naive_deltalog_gdn_decode(
     vf, gf, bf = v[:, 0].to(dt), g[:, 0].to(dt), beta[:, 0].to(dt)  # [B, HV, V], [B, HV], [B, HV]
 
     base_kv = base.transpose(-1, -2) if state_v_first else base  # a view: writes reach `base`
-    ell = log_decay + gf.clamp(min=LOG_DECAY_FLOOR)  # ℓ̄' [B, HV] (the floor changes no decay factor in fp32)
+    g_now = gf.clamp(min=LOG_DECAY_FLOOR)  # this step's log-decay (the floor changes no decay factor in fp32)
+    ell = log_decay + g_now  # ℓ̄' [B, HV]
     a = ell.exp()
-    w, k_live, u_live = _replay_weights(ell, decay_log, k_log, u_log, length)  # [B, HV, C], ..., [B, HV, C, V]
+    w, k_live, u_live = _replay_weights(g_now, decay_log, k_log, u_log, length)  # [B, HV, C], ..., [B, HV, C, V]
     # Replay coefficients per key head, shared by the G value heads of its group.
     qK = torch.einsum("bhck,bhk->bhc", k_live, qf).repeat_interleave(G, dim=1)  # [B, HV, C]
     kK = torch.einsum("bhck,bhk->bhc", k_live, kf).repeat_interleave(G, dim=1)
@@ -280,7 +289,7 @@ def naive_deltalog_gdn_decode(
         slot = (torch.arange(C, device=length.device)[None, :] == length[:, None].to(torch.int64)) & ~merge[:, None]
         k_log.copy_(torch.where(slot[:, None, :, None], kf[:, :, None, :], k_log))
         u_log.copy_(torch.where(slot[:, None, :, None], u[:, :, None, :], u_log))
-        decay_log.copy_(torch.where(slot[:, None, :], ell[..., None], decay_log))
+        decay_log.copy_(torch.where(slot[:, None, :], g_now[..., None], decay_log))  # the entry's own log-decay
     log_decay.copy_(torch.where(merge[:, None], torch.zeros_like(ell), ell))
     length.copy_(torch.where(merge, torch.zeros_like(length), length + 1))
     return o[:, None].to(q.dtype)

@@ -7,15 +7,17 @@ Math (:mod:`hf_deltalog.kernels.kda.naive`, the executable specification; transf
     S'ᵀx = baseᵀ(a ⊙ x) + Σ_i ((exp(ℓ̄' − Λ_i) ⊙ K_i)·x) U_i          (x = k̂ or q̂)
     u = β (v − S'ᵀk̂),   o = S'ᵀq̂ + (q̂·k̂) u
 
-then append ``(k̂, u, ℓ̄')`` at slot ``L`` (``L < C``) or merge ``a ⊙ base + Σ_i (exp(ℓ̄' − Λ_i) ⊙ K_i) U_iᵀ + k̂ uᵀ``
-into the base (``L = C``). Every exponent is a difference of cumulative log-decays (≤ 0 for ``g ≤ 0``).
+then append ``(k̂, u, g_t)`` at slot ``L`` (``L < C``) or merge ``a ⊙ base + Σ_i (exp(ℓ̄' − Λ_i) ⊙ K_i) U_iᵀ + k̂ uᵀ``
+into the base (``L = C``). The log keeps each entry's own log-decay ``λ_i``, and ``ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j`` is
+summed from the newest entry backwards (as ``kernels.common.later_decay_sums``), never as a difference of running
+sums; every exponent is ≤ 0 for ``g ≤ 0``.
 
 Organisation (as the GDN kernels, :mod:`hf_deltalog.kernels.gdn.fused_deltalog`):
 
 1. ``_deltalog_kda_prepare_kernel``, grid ``B · Hk``: normalises q and k once (``x / sqrt(Σx² + 1e-6)``, FLA's and
    transformers' KDA form), and for each of its ``G`` value heads forms ``a ⊙ q̂``, ``a ⊙ k̂``, ``ℓ̄'`` and the
    replay coefficients ``(exp(ℓ̄' − Λ_i) ⊙ K_i)·k̂`` and ``·q̂`` (the per-key rescaling of every deferred key happens
-   here, once per value head, not once per value tile); advances ``log_decay`` and appends ``k̂`` / ``ℓ̄'``.
+   here, once per value head, not once per value tile); advances ``log_decay`` and appends ``k̂`` / ``g_t``.
 2. ``_deltalog_kda_decode_kernel``, grid ``B · HV · NV`` (value tile fastest): reads the base tile once, replays the
    live ``U_i`` with the prepared coefficients, writes ``o``, then appends ``u`` or writes the merged tile; the program
    of value head 0 and tile 0 writes the row's new ``length``.
@@ -81,22 +83,27 @@ def _deltalog_kda_prepare_kernel(
         i_hv = i_hk * G + j
         i_bh = i_b * HV + i_hv
         g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-        ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0) + tl.maximum(g_t, -104.0)
+        g_t = tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
+        ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0) + g_t
         a = tl.exp(ell)
-        p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
+        p_ws = ws + HK * K + i_hv * (4 * K + 1 + 2 * C)
         tl.store(p_ws + offs_k, a * b_k, mask=mask_k)
         tl.store(p_ws + K + offs_k, a * b_q, mask=mask_k)
-        tl.store(p_ws + 2 * K + offs_k, ell, mask=mask_k)
+        tl.store(p_ws + 2 * K + offs_k, ell, mask=mask_k)  # ℓ̄' and this step's log-decay, for the merge
+        tl.store(p_ws + 3 * K + 1 + 2 * C + offs_k, g_t, mask=mask_k)
         tl.store(p_ws + 3 * K, qk)
         if C > 0:
-            p_lam = decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :]
-            lam = tl.load(p_lam, mask=mask_ck, other=0.0)
-            decayed = tl.where(mask_ck, tl.exp(ell[None, :] - lam) * b_kl, 0.0)  # exp(ℓ̄' − Λ_i) ⊙ K_i
+            # ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot
+            # shifted, summed from the newest backwards
+            p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
+            lam_next = tl.load(p_next, mask=mask_ck & (offs_c[:, None] + 1 < L), other=0.0)
+            later = tl.cumsum(lam_next, axis=0, reverse=True) + g_t[None, :]
+            decayed = tl.where(mask_ck, tl.exp(later) * b_kl, 0.0)  # exp(ℓ̄' − Λ_i) ⊙ K_i
             mask_c = offs_c < C
             tl.store(p_ws + 3 * K + 1 + offs_c, tl.sum(decayed * b_k[None, :], axis=1), mask=mask_c)
             tl.store(p_ws + 3 * K + 1 + C + offs_c, tl.sum(decayed * b_q[None, :], axis=1), mask=mask_c)
             if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
-                tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, ell, mask=mask_k)
+                tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, g_t, mask=mask_k)  # own log-decay
         tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
 
 
@@ -122,7 +129,7 @@ def _deltalog_kda_decode_kernel(
 
     L = tl.load(ws + WS - 1).to(tl.int32)
     is_merge = L >= C
-    p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
+    p_ws = ws + HK * K + i_hv * (4 * K + 1 + 2 * C)
     b_ak = tl.load(p_ws + offs_k, mask=mask_k, other=0.0)
     b_aq = tl.load(p_ws + K + offs_k, mask=mask_k, other=0.0)
     qk = tl.load(p_ws + 3 * K)
@@ -161,15 +168,18 @@ def _deltalog_kda_decode_kernel(
             b_s = b_h * tl.exp(ell)[None, :] + b_u_new[:, None] * b_k[None, :]
         else:
             b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_u_new[None, :]
-        for i in range(C):  # merge rows have every slot live (L = C)
-            lam_i = tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
+        # Newest entry first: `acc` = g_t + Σ_{j>i} λ_j = ℓ̄' − Λ_i for entry i
+        acc = tl.load(p_ws + 3 * K + 1 + 2 * C + offs_k, mask=mask_k, other=0.0)
+        for n in range(C):  # merge rows have every slot live (L = C)
+            i = C - 1 - n
             k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
-            k_i = tl.exp(ell - lam_i) * k_i
+            k_i = tl.exp(acc) * k_i
             u_i = tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
             if STATE_V_FIRST:
                 b_s += u_i[:, None] * k_i[None, :]
             else:
                 b_s += k_i[:, None] * u_i[None, :]
+            acc += tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
         tl.store(p_h, b_s, mask=mask_h)
     else:
         if C > 0:
@@ -184,13 +194,13 @@ def _next_pow2(n: int) -> int:
 
 
 def kda_workspace_size(Hk: int, HV: int, K: int, C: int) -> int:
-    """fp32 elements of one row's workspace: k̂ per key head, ``(a⊙k̂, a⊙q̂, ℓ̄', q̂·k̂, 2C coefficients)`` per
+    """fp32 elements of one row's workspace: k̂ per key head, ``(a⊙k̂, a⊙q̂, ℓ̄', q̂·k̂, 2C coefficients, g_t)`` per
     value head, and the phase."""
-    return Hk * K + HV * (3 * K + 1 + 2 * C) + 1
+    return Hk * K + HV * (4 * K + 1 + 2 * C) + 1
 
 
 def deltalog_kda_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
-    """Scratch buffer of :func:`fused_deltalog_kda_decode`: fp32 ``[B, Hk·K + HV·(3K + 1 + 2C) + 1]``; its content
+    """Scratch buffer of :func:`fused_deltalog_kda_decode`: fp32 ``[B, Hk·K + HV·(4K + 1 + 2C) + 1]``; its content
     between calls does not matter."""
     return torch.zeros(B, kda_workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
 

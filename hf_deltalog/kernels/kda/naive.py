@@ -16,8 +16,11 @@ DeltaLog keeps a dense ``base``, the cumulative log-decay per key ``ℓ̄ ∈ R^
     S = diag(exp(ℓ̄)) · base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) k̂_i u_iᵀ
 
 so a decode step needs ``S'ᵀx = baseᵀ(exp(ℓ̄') ⊙ x) + Σ_i ((exp(ℓ̄' − Λ_i) ⊙ k̂_i) · x) u_i`` for ``x ∈ {k̂, q̂}`` with
-``ℓ̄' = ℓ̄ + g_t``. Each deferred key factor is rescaled elementwise (heavier replay than GDN's scalar decay), and every
-exponent is a difference ``ℓ̄' − Λ_i ≤ 0`` (for ``g ≤ 0``): long decays underflow to 0, never overflow.
+``ℓ̄' = ℓ̄ + g_t``. Each deferred key factor is rescaled elementwise (heavier replay than GDN's scalar decay). The log
+stores each entry's own log-decay ``λ_i = g_i`` (clamped), and ``ℓ̄ − Λ_i = Σ_{j>i} λ_j`` is summed from the newest
+entry backwards (:func:`hf_deltalog.kernels.common.later_decay_sums`), so a strong decay before entry ``i`` does not
+cost the later, small decays their precision. Every exponent is ≤ 0 (for ``g ≤ 0``): long decays underflow to 0,
+never overflow.
 
 Heads: ``Hk`` key heads and ``HV`` value heads with ``HV`` a multiple of ``Hk`` (key head ``h`` serves value heads
 ``h·G … h·G + G − 1``); transformers' KDA models have ``Hk = HV``. Decays and their snapshots are per value head.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, later_decay_sums
 
 __all__ = ["kda_l2norm", "naive_deltalog_kda_decode", "naive_deltalog_kda_materialize", "naive_recurrent_kda"]
 
@@ -130,9 +133,12 @@ def _live(length: torch.Tensor, C: int) -> torch.Tensor:
     return (torch.arange(C, device=length.device)[None, :] < length[:, None].to(torch.int64))[:, None, :]
 
 
-def _replay(ell: torch.Tensor, k_log, u_log, decay_log, live, G: int):
-    """Per-entry decayed keys ``exp(ℓ̄ − Λ_i) ⊙ K_i`` ``[B, HV, C, K]`` (0 for stale entries) and the live ``U_i``."""
-    diff = torch.where(live[..., None], ell[:, :, None, :] - decay_log, torch.zeros_like(decay_log))
+def _replay(extra: torch.Tensor | None, k_log, u_log, decay_log, length, live, G: int):
+    """Per-entry decayed keys ``exp(ℓ̄ − Λ_i + extra) ⊙ K_i`` ``[B, HV, C, K]`` (0 for stale entries; ``ℓ̄ − Λ_i``
+    from :func:`later_decay_sums`, ``extra`` ``[B, HV, K]`` this step's log-decay or None) and the live ``U_i``."""
+    diff = later_decay_sums(decay_log, length)
+    if extra is not None:
+        diff = diff + extra[:, :, None, :]
     k_hv = torch.where(live[..., None], k_log, torch.zeros_like(k_log)).repeat_interleave(G, dim=1)
     decayed = torch.where(live[..., None], diff.exp() * k_hv, torch.zeros_like(decay_log))
     return decayed, torch.where(live[..., None], u_log, torch.zeros_like(u_log))
@@ -144,7 +150,7 @@ def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, len
 
     Args:
         base: ``[B, HV, K, V]`` fp32. log_decay: ``[B, HV, K]`` fp32 ``ℓ̄``. k_log: ``[B, Hk, C, K]`` fp32 normalised
-        keys. u_log: ``[B, HV, C, V]`` fp32 value-side factors. decay_log: ``[B, HV, C, K]`` fp32 snapshots ``Λ_i``.
+        keys. u_log: ``[B, HV, C, V]`` fp32 value-side factors. decay_log: ``[B, HV, C, K]`` fp32 own log-decays ``λ_i``.
         length: ``[B]`` int32/int64 live entries.
 
     Returns:
@@ -153,7 +159,7 @@ def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, len
     B, Hk, _, K = k_log.shape
     HV, V = u_log.shape[1], u_log.shape[3]
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
-    decayed, u_live = _replay(log_decay, k_log, u_log, decay_log, _live(length, C), HV // Hk)
+    decayed, u_live = _replay(None, k_log, u_log, decay_log, length, _live(length, C), HV // Hk)
     return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, u_live)
 
 
@@ -200,10 +206,11 @@ def naive_deltalog_kda_decode(
     q_hv, k_hv = qf.repeat_interleave(G, dim=1), kf.repeat_interleave(G, dim=1)  # [B, HV, K]
     vf, bf = v[:, 0].to(dt), beta[:, 0].to(dt)
 
-    ell = log_decay + g[:, 0].to(dt).clamp(min=LOG_DECAY_FLOOR)  # ℓ̄' [B, HV, K] (floor: no change in fp32)
+    g_now = g[:, 0].to(dt).clamp(min=LOG_DECAY_FLOOR)  # this step's log-decay [B, HV, K] (floor: no change in fp32)
+    ell = log_decay + g_now  # ℓ̄'
     a = ell.exp()
     live = _live(length, C)
-    decayed, u_live = _replay(ell, k_log, u_log, decay_log, live, G)  # [B, HV, C, K], [B, HV, C, V]
+    decayed, u_live = _replay(g_now, k_log, u_log, decay_log, length, live, G)  # [B, HV, C, K], [B, HV, C, V]
     Sk = torch.einsum("bhkv,bhk->bhv", base, a * k_hv) + torch.einsum(
         "bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, k_hv), u_live)
     u = bf[..., None] * (vf - Sk)
@@ -218,7 +225,7 @@ def naive_deltalog_kda_decode(
         slot = (torch.arange(C, device=length.device)[None, :] == length[:, None].to(torch.int64)) & ~merge[:, None]
         k_log.copy_(torch.where(slot[:, None, :, None], kf[:, :, None, :], k_log))
         u_log.copy_(torch.where(slot[:, None, :, None], u[:, :, None, :], u_log))
-        decay_log.copy_(torch.where(slot[:, None, :, None], ell[:, :, None, :], decay_log))
+        decay_log.copy_(torch.where(slot[:, None, :, None], g_now[:, :, None, :], decay_log))  # own log-decay
     log_decay.copy_(torch.where(merge[:, None, None], torch.zeros_like(ell), ell))
     length.copy_(torch.where(merge, torch.zeros_like(length), length + 1))
     return o[:, None].to(q.dtype)

@@ -8,7 +8,10 @@ per-key decay. Per head, state key-major ``S ∈ R^{K×V}``, ``w_t ∈ R^K`` a l
     S_t = diag(exp(w_t)) S_{t-1} + k_t v_tᵀ
 
 DeltaLog keeps a dense ``base``, the cumulative log-decay per key ``ℓ̄`` since the last merge, and for each of the
-``L ≤ C = M − 1`` entries the raw factors ``(k_i, v_i)`` with the snapshot ``Λ_i`` of ``ℓ̄`` after its step::
+``L ≤ C = M − 1`` entries the raw factors ``(k_i, v_i)`` with its step's own log-decay ``λ_i = w_i``; ``Λ_i`` (the
+value of ``ℓ̄`` after entry ``i``'s step) is never stored: ``ℓ̄ − Λ_i = Σ_{j>i} λ_j`` is summed from the newest entry
+backwards (:func:`hf_deltalog.kernels.common.later_decay_sums`), which keeps the precision a difference of two fp32
+running sums would lose after a strong decay::
 
     S = diag(exp(ℓ̄)) · base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) k_i v_iᵀ
 
@@ -16,16 +19,16 @@ A step reads ``S_{t-1}`` (the state as it is, before this step's decay)::
 
     o = baseᵀ(exp(ℓ̄) ⊙ r̃) + Σ_i ((exp(ℓ̄ − Λ_i) ⊙ k_i)·r̃) v_i + (r̃·(u ⊙ k_t)) v_t        (r̃ = scale·r_t)
 
-then sets ``ℓ̄ ← ℓ̄ + w_t`` and appends ``(k_t, v_t, ℓ̄)``, or merges ``S_t`` into the base (``L = C``). The log factors
+then sets ``ℓ̄ ← ℓ̄ + w_t`` and appends ``(k_t, v_t, w_t)``, or merges ``S_t`` into the base (``L = C``). The log factors
 are the model's own inputs, so storing them in the activation dtype loses nothing; the references compute in fp32.
-Every exponent is a difference ``ℓ̄ − Λ_i ≤ 0``.
+Every exponent is ≤ 0.
 """
 
 from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, later_decay_sums
 
 __all__ = ["naive_deltalog_rwkv6_decode", "naive_deltalog_rwkv6_materialize", "naive_recurrent_rwkv6"]
 
@@ -102,13 +105,17 @@ def _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V):
     return C
 
 
-def _replay(ell, k_log, v_log, decay_log, length, dt):
-    """``exp(ℓ̄ − Λ_i) ⊙ k_i`` ``[B, H, C, K]`` and ``v_i`` ``[B, H, C, V]`` in ``dt``, zero for stale entries."""
+def _replay(extra, k_log, v_log, decay_log, length, dt):
+    """``exp(ℓ̄ − Λ_i + extra) ⊙ k_i`` ``[B, H, C, K]`` and ``v_i`` ``[B, H, C, V]`` in ``dt``, zero for stale entries
+    (``ℓ̄ − Λ_i`` from :func:`later_decay_sums`; ``extra`` ``[B, H, K]`` or None)."""
     C = k_log.shape[2]
     live = (torch.arange(C, device=length.device)[None, :] < length[:, None].to(torch.int64))[:, None, :, None]
-    diff = torch.where(live, ell[:, :, None, :] - decay_log.to(dt), torch.zeros((), dtype=dt, device=ell.device))
-    decayed = torch.where(live, diff.exp() * k_log.to(dt), torch.zeros((), dtype=dt, device=ell.device))
-    return decayed, torch.where(live, v_log.to(dt), torch.zeros((), dtype=dt, device=ell.device))
+    zero = torch.zeros((), dtype=dt, device=k_log.device)
+    diff = later_decay_sums(decay_log.to(dt), length)
+    if extra is not None:
+        diff = diff + extra[:, :, None, :]
+    decayed = torch.where(live, diff.exp() * k_log.to(dt), zero)
+    return decayed, torch.where(live, v_log.to(dt), zero)
 
 
 @torch.no_grad()
@@ -117,14 +124,14 @@ def naive_deltalog_rwkv6_materialize(base, log_decay, k_log, v_log, decay_log, l
 
     Args:
         base: ``[B, H, K, V]`` fp32; log_decay: ``[B, H, K]`` fp32; k_log: ``[B, H, C, K]`` and v_log: ``[B, H, C, V]``
-        raw factors (any float dtype); decay_log: ``[B, H, C, K]`` fp32; length: ``[B]`` int32/int64.
+        raw factors (any float dtype); decay_log: ``[B, H, C, K]`` fp32 own log-decays ``λ_i``; length: ``[B]`` int32/int64.
 
     Returns a new tensor in ``base.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes.
     """
     B, H, _, K = k_log.shape
     V = v_log.shape[3]
     _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V)
-    decayed, v_live = _replay(log_decay, k_log, v_log, decay_log, length, base.dtype)
+    decayed, v_live = _replay(None, k_log, v_log, decay_log, length, base.dtype)
     return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, v_live)
 
 
@@ -159,22 +166,23 @@ def naive_deltalog_rwkv6_decode(
     scale = K**-0.5 if scale is None else scale
     rf, kf, vf, wf = (x[:, 0].to(dt) for x in (r, k, v, w))
     rf = rf * scale
-    decayed, v_live = _replay(log_decay, k_log, v_log, decay_log, length, dt)
+    decayed, v_live = _replay(None, k_log, v_log, decay_log, length, dt)
     o = (torch.einsum("bhkv,bhk->bhv", base, log_decay.exp() * rf)
          + torch.einsum("bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, rf), v_live)
          + (rf * u.to(dt)[None] * kf).sum(-1, keepdim=True) * vf)
 
-    ell = log_decay + wf.clamp(min=LOG_DECAY_FLOOR)  # ℓ̄ after this step's decay (floor: no change in fp32)
+    w_now = wf.clamp(min=LOG_DECAY_FLOOR)  # this step's log-decay (floor: no change in fp32)
+    ell = log_decay + w_now  # ℓ̄ after this step's decay
     merge = length.to(torch.int64) >= C
     # S_t = diag(exp(w)) S_{t-1} + k vᵀ = diag(exp(ℓ̄')) base + Σ_i diag(exp(ℓ̄' − Λ_i)) k_i v_iᵀ + k vᵀ
-    decayed_now, _ = _replay(ell, k_log, v_log, decay_log, length, dt)
+    decayed_now, _ = _replay(w_now, k_log, v_log, decay_log, length, dt)
     S_t = ell.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed_now, v_live) + kf[..., None] * vf[..., None, :]
     base.copy_(torch.where(merge[:, None, None, None], S_t, base))
     if C > 0:
         slot = (torch.arange(C, device=length.device)[None, :] == length[:, None].to(torch.int64)) & ~merge[:, None]
         k_log.copy_(torch.where(slot[:, None, :, None], k[:, 0, :, None, :].to(k_log.dtype), k_log))
         v_log.copy_(torch.where(slot[:, None, :, None], v[:, 0, :, None, :].to(v_log.dtype), v_log))
-        decay_log.copy_(torch.where(slot[:, None, :, None], ell[:, :, None, :], decay_log))
+        decay_log.copy_(torch.where(slot[:, None, :, None], w_now[:, :, None, :], decay_log))  # own log-decay
     log_decay.copy_(torch.where(merge[:, None, None], torch.zeros_like(ell), ell))
     length.copy_(torch.where(merge, torch.zeros_like(length), length + 1))
     return o[:, None].to(r.dtype)
