@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H200, 2026-11-30 (fourth session, third call; the x2 machine was not lent), at most ~400 s of wall time:
+# One H200, 2026-11-30 (third call of the day; no x2 machine was available), at most ~400 s of wall time:
 #   1. Qwen3.5-35B-A3B graph-mode TPOT at B = 64 over 128 timed decode steps (round 5's run of it ran out of time),
 #      alone on the GPU;
 #   2. then side by side: the trained KDA checkpoint through the same graph loop (M = 4 forced, as the GDN one was run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x2 H200 run of 2026-11-30 (fourth session), at most ~570 s of wall time:
+# x2 H200 run of 2026-11-30 (first call of the day), at most ~570 s of wall time:
 #   GPU 0 (timed runs only): Qwen3.5-35B-A3B graph-mode TPOT at B = 256 and 64 over 128 timed decode steps
 #              (4 blocks of 32 in one generation), then Kimi-Linear-48B-A3B at B = 16 (the row still missing), then,
 #              on both GPUs, the two-GPU device_map check after the launch_device fix (fp32: tokens must be identical);

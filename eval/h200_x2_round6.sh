@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# x2 H200 run of 2026-11-30 (fourth session, second call), at most ~560 s of wall time. What round 5 left unfinished:
+# x2 H200 run of 2026-11-30 (second call of the day), at most ~560 s of wall time. What round 5 left unfinished:
 #   GPU 0 (timed runs only): Kimi-Linear-48B-A3B graph-mode TPOT at B = 16 (128 timed decode steps), then, on both
 #              GPUs, the two-GPU device_map check of the KDA checkpoint (round 5 checked GDN: 100 % identical);
 #   GPU 1:     the RWKV6 checkpoint trained on the H200 with 200 s of training (round 5's 60 s left it at 0.64 of the

@@ -548,7 +548,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             kept = torch.arange(C, device=self.length.device)[None, :] < self.length[:, None].to(torch.int64)
             kept = kept.view(kept.shape[0], 1, C, *([1] * (self.decay_log.dim() - 3)))
             lam = torch.where(kept, self.decay_log, torch.zeros_like(self.decay_log))
-            self.log_decay.copy_(lam.sum(2) if C else torch.zeros_like(self.log_decay))
+            self.log_decay.copy_(lam.sum(2))  # (C = 0: an empty sum, 0)
             self._seen -= n
             if self.crop_ring:
                 self.conv_pos.sub_(n)
