@@ -39,7 +39,9 @@ slot ``L`` is written while readers only load slots ``< L``). Program ids are in
 ``B · HV · K · V`` may exceed 2³¹ and the grid may exceed 65,535 programs.
 
 All products are fp32 elementwise products reduced with ``tl.sum`` (no ``tl.dot``, so never TF32). Stale log slots
-(``i ≥ L``) are never loaded (masked loads), so whatever they hold cannot reach an output. Layouts:
+(``i ≥ L``) never reach an output, whatever they hold (NaN included): the decode kernel does not load them (masked
+loads), and the prepare kernel, which issues all its loads before the phase is known, zeroes them with ``tl.where``
+before any product. Layouts:
 ``state_v_first=False`` keeps ``base`` as ``[B, HV, K, V]`` (transformers' layout), ``True`` as ``[B, HV, V, K]``.
 """
 
@@ -89,13 +91,19 @@ def _deltalog_gdn_prepare_kernel(
     C: tl.constexpr,
     BK: tl.constexpr,
     BC: tl.constexpr,
+    BG: tl.constexpr,
     WS: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
     STORE_QK: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     """Per (row, key head): normalise q and k, form the replay coefficients of the key head's log, advance the
-    cumulative log-decay of its G value heads and append k̂ and ℓ̄' (append rows). Writes the row's workspace."""
+    cumulative log-decay of its G value heads and append k̂ and the step's log-decay (append rows). Writes the row's
+    workspace.
+
+    Every load is issued before the first store and none waits for another: the live-slot masks are applied to the
+    loaded tiles (``tl.where``), not to the loads, so a program costs one memory round trip instead of one per
+    dependent load (the kernel is latency-bound: one short program per row and key head)."""
     if USE_PDL:  # let the decode kernel start its base loads now (it waits for this grid before reading the workspace)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0).to(tl.int64)
@@ -104,51 +112,61 @@ def _deltalog_gdn_prepare_kernel(
     ws = ws_ptr + i_b * WS
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
+    offs_g = tl.arange(0, BG)
+    mask_g = offs_g < G
+    i_hv = i_hk * G + offs_g  # [BG] the value heads of this key head's GQA group
+    # --- loads (independent of one another) ---
     b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    L = tl.load(length_ptr + i_b).to(tl.int32)
+    g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh, mask=mask_g, other=0.0).to(tl.float32)
+    ell = tl.load(log_decay_ptr + i_b * HV + i_hv, mask=mask_g, other=0.0)
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        mask_c = offs_c < C
+        # all C slots are read (in bounds), and stale ones (i ≥ L) are zeroed by tl.where before any product, so
+        # whatever they hold (NaN included) cannot reach an output
+        b_kl = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :],
+                       mask=mask_c[:, None] & mask_k[None, :], other=0.0)  # [BC, BK]
+        p_dl = decay_log_ptr + (i_b * HV + i_hv)[:, None] * C + offs_c[None, :]  # [BG, BC]
+        lam_next = tl.load(p_dl + 1, mask=mask_g[:, None] & (offs_c[None, :] + 1 < C), other=0.0)  # λ_{i+1}
+    # --- compute ---
     if USE_QK_L2NORM:
         b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
         b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
     b_q = b_q * scale
     qk = tl.sum(b_q * b_k, axis=0)
+    is_merge = L >= C
+    g_t = tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
+    ell = ell + g_t
+    in_range = (L >= 0) & (L < C)  # a length outside [0, C] appends nothing
+    # --- stores ---
     if STORE_QK:  # the decode kernel re-reads q̂, k̂ from here (raw_qk=False) instead of normalising itself
         tl.store(ws + i_hk * K + offs_k, b_q, mask=mask_k)
         tl.store(ws + (HK + i_hk) * K + offs_k, b_k, mask=mask_k)
-
-    L = tl.load(length_ptr + i_b).to(tl.int32)
-    is_merge = L >= C
     if i_hk == 0:
         tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
+    p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)  # [BG] coefficient block of each value head
+    tl.store(p_ws, tl.exp(ell), mask=mask_g)
+    tl.store(p_ws + 1, tl.zeros([BG], dtype=tl.float32) + qk, mask=mask_g)
     if C > 0:
-        offs_c = tl.arange(0, BC)
-        live = (offs_c < L) & (offs_c < C)
-        p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :]
-        b_kl = tl.load(p_kl, mask=live[:, None] & mask_k[None, :], other=0.0)  # live keys only: stale slots unread
+        live = (offs_c < L) & mask_c
+        b_kl = tl.where(live[:, None], b_kl, 0.0)
         qK = tl.sum(b_kl * b_q[None, :], axis=1)  # [BC]  q̂·K_i
         kK = tl.sum(b_kl * b_k[None, :], axis=1)  # [BC]  k̂·K_i
-        if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
+        # ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot
+        # shifted, summed from the newest backwards; exponents ≤ 0
+        lam_next = tl.where((offs_c[None, :] + 1 < L) & live[None, :], lam_next, 0.0)
+        w = tl.where(live[None, :], tl.exp(tl.cumsum(lam_next, axis=1, reverse=True) + g_t[:, None]), 0.0)  # [BG, BC]
+        mask_gc = mask_g[:, None] & mask_c[None, :]
+        p_wc = p_ws[:, None] + 2 + offs_c[None, :]
+        tl.store(p_wc, w * kK[None, :], mask=mask_gc)
+        tl.store(p_wc + C, w * qK[None, :], mask=mask_gc)
+        tl.store(p_wc + 2 * C, w, mask=mask_gc)
+        if in_range:
             tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
-
-    for j in range(G):
-        i_hv = i_hk * G + j
-        g_t = tl.maximum(tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32), -104.0)  # LOG_DECAY_FLOOR
-        ell = tl.load(log_decay_ptr + i_b * HV + i_hv) + g_t
-        p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)
-        tl.store(p_ws, tl.exp(ell))
-        tl.store(p_ws + 1, qk)
-        if C > 0:
-            # ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot
-            # shifted, summed from the newest backwards; exponents ≤ 0
-            lam_next = tl.load(decay_log_ptr + (i_b * HV + i_hv) * C + offs_c + 1, mask=(offs_c + 1 < L) & live,
-                               other=0.0)
-            w = tl.where(live, tl.exp(tl.cumsum(lam_next, axis=0, reverse=True) + g_t), 0.0)
-            mask_c = offs_c < C
-            tl.store(p_ws + 2 + offs_c, w * kK, mask=mask_c)
-            tl.store(p_ws + 2 + C + offs_c, w * qK, mask=mask_c)
-            tl.store(p_ws + 2 + 2 * C + offs_c, w, mask=mask_c)
-            if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
-                tl.store(decay_log_ptr + (i_b * HV + i_hv) * C + L, g_t)  # the entry's own log-decay
-        tl.store(log_decay_ptr + i_b * HV + i_hv, tl.where(is_merge, 0.0, ell))
+            tl.store(decay_log_ptr + (i_b * HV + i_hv) * C + L, g_t, mask=mask_g)  # the entries' own log-decays
+    tl.store(log_decay_ptr + i_b * HV + i_hv, tl.where(is_merge, 0.0, ell), mask=mask_g)
 
 
 @triton.jit
@@ -444,7 +462,7 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
     wrap(_deltalog_gdn_prepare_kernel)[(B * Hk,)](
         q, k, g, log_decay, kl, dl, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
+        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, BG=_next_pow2(HV // Hk), WS=WS, USE_QK_L2NORM=use_qk_l2norm,
         STORE_QK=not cfg.raw_qk, USE_PDL=pdl, num_warps=cfg.prepare_warps,
     )
     wrap(_deltalog_gdn_decode_kernel)[(B * (HV // cfg.heads_per_program) * NV,)](

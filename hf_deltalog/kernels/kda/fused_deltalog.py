@@ -24,7 +24,8 @@ Organisation (as the GDN kernels, :mod:`hf_deltalog.kernels.gdn.fused_deltalog`)
 
 Within each launch every buffer element is written by one program and read by no other; program ids are int64
 before any offset is formed; all products are fp32 elementwise products with ``tl.sum`` (never TF32); stale log
-slots are never loaded. The base keeps transformers' ``[B, HV, K, V]`` layout, or ``[B, HV, V, K]`` with
+slots never reach an output (the decode kernel does not load them; the prepare kernel, which issues its loads before
+the phase is known, zeroes them with ``tl.where`` before any product). The base keeps transformers' ``[B, HV, K, V]`` layout, or ``[B, HV, V, K]`` with
 ``state_v_first``.
 """
 
@@ -57,34 +58,37 @@ def _deltalog_kda_prepare_kernel(
     ws = ws_ptr + i_b * WS
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
+    # The key head's loads come before any store and none waits for L (the program is latency-bound): all C slots are
+    # read and the stale ones (i ≥ L) zeroed by tl.where before any product, so whatever they hold cannot reach an
+    # output. With G = 1 (no GQA: Kimi-Linear) every load of the program precedes every store.
     b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    L = tl.load(length_ptr + i_b).to(tl.int32)
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        mask_c = offs_c < C
+        live = (offs_c < L) & mask_c
+        mask_ck = live[:, None] & mask_k[None, :]
+        b_kl = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :],
+                       mask=mask_c[:, None] & mask_k[None, :], other=0.0)
+        b_kl = tl.where(mask_ck, b_kl, 0.0)
     if USE_QK_L2NORM:
         b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
         b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
     b_q = b_q * scale
     qk = tl.sum(b_q * b_k, axis=0)
-    tl.store(ws + i_hk * K + offs_k, b_k, mask=mask_k)  # k̂, for the merge's k̂ uᵀ
-
-    L = tl.load(length_ptr + i_b).to(tl.int32)
     is_merge = L >= C
-    if i_hk == 0:
-        tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
-    if C > 0:
-        offs_c = tl.arange(0, BC)
-        live = (offs_c < L) & (offs_c < C)
-        mask_ck = live[:, None] & mask_k[None, :]
-        b_kl = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :], mask=mask_ck,
-                       other=0.0)
-        if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
-            tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
 
     for j in range(G):
         i_hv = i_hk * G + j
         i_bh = i_b * HV + i_hv
         g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0)
+        if C > 0:
+            p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
+            lam_next = tl.load(p_next, mask=(offs_c[:, None] + 1 < C) & mask_k[None, :], other=0.0)  # λ_{i+1}
         g_t = tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
-        ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0) + g_t
+        ell = ell + g_t
         a = tl.exp(ell)
         p_ws = ws + HK * K + i_hv * (4 * K + 1 + 2 * C)
         tl.store(p_ws + offs_k, a * b_k, mask=mask_k)
@@ -95,16 +99,21 @@ def _deltalog_kda_prepare_kernel(
         if C > 0:
             # ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot
             # shifted, summed from the newest backwards
-            p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
-            lam_next = tl.load(p_next, mask=mask_ck & (offs_c[:, None] + 1 < L), other=0.0)
+            lam_next = tl.where(mask_ck & (offs_c[:, None] + 1 < L), lam_next, 0.0)
             later = tl.cumsum(lam_next, axis=0, reverse=True) + g_t[None, :]
             decayed = tl.where(mask_ck, tl.exp(later) * b_kl, 0.0)  # exp(ℓ̄' − Λ_i) ⊙ K_i
-            mask_c = offs_c < C
             tl.store(p_ws + 3 * K + 1 + offs_c, tl.sum(decayed * b_k[None, :], axis=1), mask=mask_c)
             tl.store(p_ws + 3 * K + 1 + C + offs_c, tl.sum(decayed * b_q[None, :], axis=1), mask=mask_c)
             if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
                 tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, g_t, mask=mask_k)  # own log-decay
         tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
+
+    tl.store(ws + i_hk * K + offs_k, b_k, mask=mask_k)  # k̂, for the merge's k̂ uᵀ
+    if i_hk == 0:
+        tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
+    if C > 0:
+        if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
+            tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
 
 
 @triton.jit

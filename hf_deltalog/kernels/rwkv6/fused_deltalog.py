@@ -56,6 +56,18 @@ def _deltalog_rwkv6_prepare_kernel(
     b_u = tl.load(u_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0)  # ℓ̄ before this step
     L = tl.load(length_ptr + i_b).to(tl.int32)
+    # Every load before the first store, none waiting for L (the program is latency-bound): all C slots are read and
+    # the stale ones (i ≥ L) zeroed by tl.where before any product, so whatever they hold cannot reach an output.
+    if C > 0:
+        offs_c = tl.arange(0, BC)
+        mask_c = offs_c < C
+        b_kl = tl.load(k_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :],
+                       mask=mask_c[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+        p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
+        lam_next = tl.load(p_next, mask=(offs_c[:, None] + 1 < C) & mask_k[None, :], other=0.0)  # λ_{i+1}
+        offs_vf = tl.arange(0, BVF)
+        mask_vf = offs_vf < V
+        b_v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_vf, mask=mask_vf, other=0.0)
     is_merge = L >= C
 
     tl.store(ws + offs_k, tl.exp(ell) * b_r, mask=mask_k)
@@ -66,22 +78,15 @@ def _deltalog_rwkv6_prepare_kernel(
     if i_h == 0:
         tl.store(ws_ptr + i_b * WS + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel
     if C > 0:
-        offs_c = tl.arange(0, BC)
-        live = (offs_c < L) & (offs_c < C)
+        live = (offs_c < L) & mask_c
         mask_ck = live[:, None] & mask_k[None, :]
-        b_kl = tl.load(k_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], mask=mask_ck,
-                       other=0.0).to(tl.float32)
         # ℓ̄ − Λ_i = Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot shifted,
         # summed from the newest backwards
-        p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
-        lam_next = tl.load(p_next, mask=mask_ck & (offs_c[:, None] + 1 < L), other=0.0)
+        lam_next = tl.where(mask_ck & (offs_c[:, None] + 1 < L), lam_next, 0.0)
         later = tl.cumsum(lam_next, axis=0, reverse=True)
         coef = tl.sum(tl.where(mask_ck, tl.exp(later) * b_kl, 0.0) * b_r[None, :], axis=1)
-        tl.store(ws + 3 * K + 1 + offs_c, coef, mask=offs_c < C)
+        tl.store(ws + 3 * K + 1 + offs_c, coef, mask=mask_c)
         if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
-            offs_vf = tl.arange(0, BVF)
-            mask_vf = offs_vf < V
-            b_v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_vf, mask=mask_vf, other=0.0)
             tl.store(k_log_ptr + i_bh * (C * K) + L * K + offs_k, b_k.to(k_log_ptr.dtype.element_ty), mask=mask_k)
             tl.store(v_log_ptr + i_bh * (C * V) + L * V + offs_vf, b_v.to(v_log_ptr.dtype.element_ty), mask=mask_vf)
             tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, b_w, mask=mask_k)  # the own log-decay
