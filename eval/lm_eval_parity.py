@@ -18,10 +18,12 @@ lm-eval task name whose data is available (cached or downloadable); a task that 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import platform
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -87,6 +89,37 @@ def explain_difference(lm, context: str, default_records: list[dict], deltalog_r
                 else "different top-2 tokens")
 
 
+def _choice_gap(scores: list[float]) -> float | None:
+    """Gap between the best and the second-best score of one document's choices (None with fewer than 2)."""
+    top = sorted(scores, reverse=True)[:2]
+    return top[0] - top[1] if len(top) == 2 else None
+
+
+def explain_metric_flip(x: dict, y: dict, metric_keys: list[str]) -> dict:
+    """A document whose per-document metric differs between the runs (a multiple-choice pick that changed): both runs'
+    per-choice log-likelihoods, the gap between the two best choices in each run, for ``acc`` on the raw
+    log-likelihoods and for ``acc_norm`` on the log-likelihoods divided by each choice's length in characters (as
+    lm-eval normalises; lengths of the continuations as scored, leading delimiter included), and whether the flip is a
+    near tie: both gaps no larger than twice the document's largest per-choice |ΔLL| (so normalised) - a pick can only
+    change when the two best choices are closer than the two runs' scores can differ."""
+    la, lb = _loglikelihoods(x), _loglikelihoods(y)
+    conts = [a[1] if isinstance(a, (list, tuple)) and len(a) > 1 else "" for a in x["arguments"]]
+    d = max((abs(p - q) for p, q in zip(la, lb)), default=0.0)
+    flips = {k: dict(default=x.get(k), deltalog=y.get(k)) for k in metric_keys if x.get(k) != y.get(k)}
+    gaps = {}
+    for k in flips:
+        if k == "acc_norm" and len(conts) == len(la) and all(conts):
+            na = [v / len(c) for v, c in zip(la, conts)]
+            nb = [v / len(c) for v, c in zip(lb, conts)]
+            bound = 2 * d / min(len(c) for c in conts)
+        else:
+            na, nb, bound = la, lb, 2 * d
+        gaps[k] = dict(default_gap=_choice_gap(na), deltalog_gap=_choice_gap(nb), bound=bound,
+                       near_tie=all(g is not None and g <= bound for g in (_choice_gap(na), _choice_gap(nb))))
+    return dict(doc_id=x["doc_id"], metrics=flips, default_loglikelihoods=la, deltalog_loglikelihoods=lb,
+                max_abs_loglikelihood_diff=d, gaps=gaps, explained=all(g["near_tie"] for g in gaps.values()))
+
+
 def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, list[dict]]) -> dict:
     """Side-by-side metrics and per-request agreement of one task's two runs (lm-eval result dicts)."""
     ma, mb = _metrics(default["results"][task]), _metrics(deltalog["results"][task])
@@ -97,7 +130,9 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
     if sa.keys() != sb.keys():
         raise RuntimeError(f"{task}: the two runs scored different documents")
     n_gen = n_same = 0
-    ll_diffs, differing = [], []
+    ll_diffs, ll_pairs, differing, flipped = [], [], [], []
+    first = next(iter(sa.values()), {})  # per-document metrics are sample keys without the filter ("acc,none" → "acc")
+    doc_metric_keys = sorted({k.split(",")[0] for k in ma if isinstance(first.get(k.split(",")[0]), (int, float))})
     for key, x in sa.items():
         y = sb[key]
         ga, gb = _generations(x), _generations(y)
@@ -111,12 +146,17 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
                                       **explain_difference(lm, context, records["default"], records["deltalog"])))
         la, lb = _loglikelihoods(x), _loglikelihoods(y)
         ll_diffs += [abs(p - q) for p, q in zip(la, lb)]
+        ll_pairs += [(abs(p - q), x["doc_id"], i, p, q) for i, (p, q) in enumerate(zip(la, lb))]
+        if la and any(x.get(k) != y.get(k) for k in doc_metric_keys):
+            flipped.append(explain_metric_flip(x, y, doc_metric_keys))
     return dict(
         task=task, documents=len(sa), metrics=metrics, metrics_identical=all(m["identical"] for m in metrics.values()),
         generations=n_gen, generations_identical=n_same, generations_identical_fraction=n_same / n_gen if n_gen else None,
         loglikelihood_requests=len(ll_diffs), max_abs_loglikelihood_diff=max(ll_diffs) if ll_diffs else None,
-        differing_generations=differing,
-        all_differences_explained=all(d.get("explained") for d in differing),
+        largest_loglikelihood_diffs=[dict(doc_id=d, request=i, default=p, deltalog=q, abs_diff=a)
+                                     for a, d, i, p, q in sorted(ll_pairs, key=lambda t: -t[0])[:5]],
+        differing_generations=differing, differing_scored_documents=flipped,
+        all_differences_explained=all(d.get("explained") for d in differing + flipped),
     )
 
 
@@ -218,6 +258,19 @@ def table(report: dict) -> str:
             else:
                 lines.append(f"| {name} | {task} | {d['doc_id']} | {d.get('first_differing_step')} | "
                              f"{d.get('reason', 'no record')} | | | False |")
+    flips = [(Path(ck["checkpoint"]).name, task, f) for ck in report["checkpoints"]
+             for task, row in ck["tasks"].items() for f in row.get("differing_scored_documents", [])]
+    if flips:
+        lines += ["", "Scored documents whose per-document metric differs (gap between the two best choices in each "
+                  "run, and the largest gap the two runs' |ΔLL| can flip):", "",
+                  "| checkpoint | task | doc | metric (default → DeltaLog) | gap default / DeltaLog | bound | max abs LL "
+                  "diff | explained |", "|---|---|---|---|---|---|---|---|"]
+        for name, task, f in flips:
+            for k, m in f["metrics"].items():
+                g = f["gaps"][k]
+                gap = " / ".join("-" if v is None else f"{v:.2e}" for v in (g["default_gap"], g["deltalog_gap"]))
+                lines.append(f"| {name} | {task} | {f['doc_id']} | {k}: {m['default']} → {m['deltalog']} | {gap} | "
+                             f"{g['bound']:.2e} | {f['max_abs_loglikelihood_diff']:.2e} | {g['near_tie']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -233,6 +286,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--out", type=Path, default=None, help="folder for parity.json and parity.md")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
+    parser.add_argument("--fla-kernels", default="fla", choices=["fla", "torch"],
+                        help="FLA RWKV6 checkpoints: 'fla' runs FLA's Triton kernels (under TRITON_INTERPRET=1 on a "
+                             "CPU: minutes per document); 'torch' runs FLA's own PyTorch references in their place, "
+                             "for both runs (eval/train_tiny.py rwkv6_kernels): a CPU parity of many documents. "
+                             "DeltaLogCache's decode is the same either way (its backend: --backend)")
     args = parser.parse_args(argv)
 
     import lm_eval
@@ -273,10 +331,18 @@ def main(argv: list[str] | None = None) -> dict:
             (args.out / "parity.md").write_text(table(report))
         return report
 
-    for pretrained in args.pretrained:
-        checkpoints.append(run_checkpoint(pretrained, args.tasks, args.limit, args.batch_size, args.dtype, device,
-                                          args.merge_interval, args.backend, manager,
-                                          on_task=lambda current: write(current, complete=False)))
+    kernels = contextlib.nullcontext()
+    if args.fla_kernels == "torch":
+        sys.path.insert(0, str(HERE))
+        from train_tiny import rwkv6_kernels
+
+        kernels = rwkv6_kernels("torch")
+    meta["fla_kernels"] = args.fla_kernels
+    with kernels:  # the model is built inside, so its layers bind the kernels chosen here
+        for pretrained in args.pretrained:
+            checkpoints.append(run_checkpoint(pretrained, args.tasks, args.limit, args.batch_size, args.dtype, device,
+                                              args.merge_interval, args.backend, manager,
+                                              on_task=lambda current: write(current, complete=False)))
     report = write(None, complete=True)
     if not args.quiet:
         print(table(report))

@@ -95,6 +95,8 @@ def test_compare_reports_differences():
                                  _run(0.75, [[(-1.0, False)], [(-2.001, True)]]), dict(default=[], deltalog=[]))
     assert not row["metrics_identical"] and row["metrics"]["acc,none"]["diff"] == pytest.approx(0.25)
     assert row["max_abs_loglikelihood_diff"] == pytest.approx(1e-3)
+    (top,) = row["largest_loglikelihood_diffs"][:1]
+    assert (top["doc_id"], top["request"], top["default"], top["deltalog"]) == (0, 1, -2.0, -2.001)
 
     ctx = [ord("a"), ord("b")]
     base = dict(context=ctx, tokens=[5, 7], top2_ids=[[5, 9], [7, 8]], top2_logits=[[10.0, 9.0], [3.0, 2.99]])
@@ -111,3 +113,35 @@ def test_compare_reports_differences():
         d = row["differing_generations"][0]
         assert d["first_differing_step"] == 1
         assert d["explained"] is explained and row["all_differences_explained"] is explained
+
+
+def _mc_run(lls: list[float], acc: float, acc_norm: float) -> dict:
+    """One four-choice document (choices of 2, 4, 4 and 8 characters as scored) with its per-document metrics."""
+    conts = [" a", " bcd", " efg", " hijklmn"]
+    sample = dict(doc_id=3, filter="none", arguments=[("ctx", c) for c in conts], resps=[[(v, False)] for v in lls],
+                  acc=acc, acc_norm=acc_norm)
+    return dict(results={"t": {"alias": "t", "acc,none": acc, "acc_norm,none": acc_norm}}, samples={"t": [sample]})
+
+
+def test_compare_reports_flipped_multiple_choice_picks():
+    """A multiple-choice pick that changes is listed with both runs' log-likelihoods and the gap between the two best
+    choices: a near tie (gap within what the runs' |ΔLL| can flip) is explained, a clear gap is not."""
+    stub, no_records = _Stub(), dict(default=[], deltalog=[])
+    base = _mc_run([-4.0, -4.001, -9.0, -20.0], 1.0, 1.0)
+    tie = _mc_run([-4.002, -4.0, -9.0, -20.0], 0.0, 1.0)  # raw LLs swap within |ΔLL| = 2e-3: acc flips
+    row = lm_eval_parity.compare(stub, "t", base, tie, no_records)
+    (f,) = row["differing_scored_documents"]
+    assert f["doc_id"] == 3 and set(f["metrics"]) == {"acc"} and f["metrics"]["acc"] == dict(default=1.0, deltalog=0.0)
+    assert f["gaps"]["acc"]["default_gap"] == pytest.approx(1e-3) and f["gaps"]["acc"]["bound"] == pytest.approx(4e-3)
+    assert f["explained"] and row["all_differences_explained"]
+    far = _mc_run([-4.0, -3.0, -9.0, -20.0], 0.0, 0.0)  # a gap of 1.0 in DeltaLog's run: not a tie
+    row = lm_eval_parity.compare(stub, "t", base, far, no_records)
+    (f,) = row["differing_scored_documents"]
+    assert set(f["metrics"]) == {"acc", "acc_norm"} and not f["explained"] and not row["all_differences_explained"]
+    # acc_norm divides by the scored continuation's length in characters
+    assert f["gaps"]["acc_norm"]["default_gap"] == pytest.approx(-4.001 / 4 - (-4.0 / 2))
+    same = lm_eval_parity.compare(stub, "t", base, _mc_run([-4.0, -4.001, -9.0, -20.0], 1.0, 1.0), no_records)
+    assert same["differing_scored_documents"] == [] and same["all_differences_explained"]
+    assert "Scored documents whose per-document metric differs" in lm_eval_parity.table(
+        dict(meta={}, checkpoints=[dict(checkpoint="ck", skipped={},
+                                        tasks={"t": dict(row, documents=1, generations_identical_fraction=None)})]))
