@@ -43,8 +43,11 @@ MAX_MERGE_INTERVAL = 1024  # the log is replayed every step: far beyond a few do
 # Merge-interval policy of the Triton backend when the user gives none, per operator (measured on an H200,
 # eval/results/h200/): below this many bytes of fp32 state per layer DeltaLog did not beat FLA's dense kernel, so
 # such layers decode densely (M = 1). GDN (HV = 32, K = V = 128): B = 8 (16 MiB) lost, B = 32 (64 MiB) won 1.23x.
-# KDA (H = 32, K = V = 128): B = 1 (2 MiB) lost, B = 8 (16 MiB) won 1.02x.
-DENSE_BELOW_STATE_BYTES = {"gdn": 64 << 20, "kda": 16 << 20}
+# KDA (H = 32, K = V = 128): B = 1 (2 MiB) lost, B = 8 (16 MiB) won 1.02x. RWKV6 (FLA's models only; H = 32,
+# K = V = 128): B = 1 (2 MiB) lost on 2026-11-30 (FLA 5.8 us against DeltaLog's best 6.4 us; FLA's RWKV6 kernel varies
+# from run to run: 7.6 us the day before), B = 8 (16 MiB) won 1.23x; its dense decoding runs FLA's kernel in FLA's
+# [K, V] layout (hf_deltalog.fla_cache).
+DENSE_BELOW_STATE_BYTES = {"gdn": 64 << 20, "kda": 16 << 20, "rwkv6": 16 << 20}
 
 
 def _fla_dense_decode(operator: str) -> Callable | None:

@@ -145,7 +145,7 @@ class FLADeltaLogLayer(FLALayer):
         backend: ``"auto"``, ``"torch"`` or ``"triton"`` (resolved when the buffers are allocated).
         layer_idx: the model layer served.
         auto_merge_interval: ``merge_interval`` is the family default, so the Triton backend may pick ``M = 1`` for
-            small GDN/KDA states (:data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES`).
+            small states (:data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES`).
     """
 
     is_compileable = False
@@ -185,8 +185,9 @@ class FLADeltaLogLayer(FLALayer):
 
     def plan(self, batch: int, device: torch.device) -> dict[str, Any]:
         """How this layer decodes ``batch`` rows on ``device``: ``backend``, ``merge_interval``, ``state_v_first`` (the
-        Triton kernels keep the base V-first, FLA's own GDN/KDA layout) and ``dense_fla`` (M = 1 on the GPU in FLA's
-        layout: FLA's fused-recurrent kernel decodes, as FLA's cache would)."""
+        Triton kernels keep the base V-first, FLA's own GDN/KDA layout) and ``dense_fla`` (M = 1 on the GPU, the base
+        in FLA's layout - V-first for GDN/KDA, ``[K, V]`` for RWKV6: FLA's fused-recurrent kernel decodes, as FLA's
+        cache would)."""
         backend = self._resolve_backend(device)
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
         merge_interval = self.default_merge_interval
@@ -194,6 +195,8 @@ class FLADeltaLogLayer(FLALayer):
         if self.auto_merge_interval and backend == "triton" and batch * HV * K * V * 4 < threshold:
             merge_interval = 1
         state_v_first = backend == "triton"
+        if merge_interval == 1 and device.type == "cuda" and backend == "triton":
+            state_v_first = self.spec.state_v_first  # dense on the GPU: FLA's own kernel decodes, in FLA's layout
         dense_fla = merge_interval == 1 and device.type == "cuda" and state_v_first == self.spec.state_v_first
         return dict(backend=backend, merge_interval=merge_interval, state_v_first=state_v_first, dense_fla=dense_fla)
 
@@ -471,7 +474,9 @@ class FLADeltaLogCache(FLACache):
         model_or_config: an FLA ``RWKV6ForCausalLM`` / ``GatedDeltaNetForCausalLM`` / ``KDAForCausalLM`` (or their
             base models), or their config.
         merge_interval: ``M ≥ 1`` (``M = 1``: eager dense decoding). Default: 8 for RWKV6 and GatedDeltaNet, 4 for
-            KDA; on the Triton backend small GDN/KDA states decode densely (as :class:`hf_deltalog.DeltaLogCache`).
+            KDA; on the Triton backend a layer with less fp32 state than
+            :data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES` (GDN 64 MiB, KDA and RWKV6 16 MiB: B < 8 at
+            H = 32, K = V = 128) decodes densely through FLA's own kernel, where DeltaLog measured slower.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
 
     Raises:

@@ -274,8 +274,11 @@ def test_gpu_plan():
     # 1 KiB of fp32 state per row here: under 64 MiB FLA's dense kernel decodes (M = 1, FLA's V-first layout).
     assert gdn.plan(2, cuda) == dict(backend="triton", merge_interval=1, state_v_first=True, dense_fla=True)
     assert gdn.plan(1 << 16, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
-    rwkv6 = DeltaLogCache(tiny_model("rwkv6").config)._new_layer(0)  # no measured threshold; FLA's layout is [K, V]
-    assert rwkv6.plan(2, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
+    # RWKV6: under 16 MiB FLA's dense kernel decodes in FLA's own [K, V] layout; above, DeltaLog with the V-first base
+    rwkv6 = DeltaLogCache(tiny_model("rwkv6").config)._new_layer(0)
+    assert rwkv6.plan(2, cuda) == dict(backend="triton", merge_interval=1, state_v_first=False, dense_fla=True)
+    assert rwkv6.plan(1 << 16, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
+    assert DeltaLogCache(tiny_model("rwkv6").config, merge_interval=1)._new_layer(0).plan(1 << 16, cuda)["dense_fla"]
     forced = DeltaLogCache(tiny_model("kda").config, merge_interval=3, backend="torch")._new_layer(0)
     assert forced.plan(2, cuda) == dict(backend="torch", merge_interval=3, state_v_first=False, dense_fla=False)
     assert forced.plan(2, cpu)["merge_interval"] == 3
