@@ -56,6 +56,37 @@ def test_state_matches_fla_cache_every_step(family, backend):
     assert isinstance(ours[0]["recurrent_state"], FLADeltaLogState)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dense_fla_path_matches_fla_cache(family, monkeypatch):
+    """The GPU policy's small-state path (M = 1 with the base in FLA's own layout: FLA's fused-recurrent kernel decodes
+    on it, ``dense_fla``), forced on the CPU (FLA's kernels under the interpreter): logits and states agree with FLA's
+    cache after every step and a row reorder, and the base stays in FLA's layout (``[K, V]`` for RWKV6)."""
+    from hf_deltalog.fla_cache import FLADeltaLogLayer
+
+    plan = FLADeltaLogLayer.plan
+    monkeypatch.setattr(FLADeltaLogLayer, "plan", lambda self, batch, device: dict(
+        plan(self, batch, device), merge_interval=1, state_v_first=self.spec.state_v_first, dense_fla=True))
+    model = tiny_model(family)
+    ids = prompt_ids(2, 5, seed=12)
+    ref, ours = Cache(), DeltaLogCache(model)
+    with torch.no_grad():
+        a = model(ids, past_key_values=ref, use_cache=True)
+        b = model(ids, past_key_values=ours, use_cache=True)
+        for step in range(4):
+            assert max_abs(b.logits[:, -1], a.logits[:, -1]) <= 1e-4, step
+            _states_close(ours, ref, step)
+            if step == 1:
+                ref.reorder_cache(torch.tensor([1, 0]))
+                ours.reorder_cache(torch.tensor([1, 0]))
+                _states_close(ours, ref, "reorder")
+            nxt = a.logits[:, -1:].argmax(-1)
+            a = model(nxt, past_key_values=ref, use_cache=True)
+            b = model(nxt, past_key_values=ours, use_cache=True)
+    layer = ours.deltalog_layers[0]
+    assert layer.dense_fla and layer.merge_interval == 1
+    assert layer.base.shape == ref[0]["recurrent_state"].shape  # FLA's own layout
+
+
 def _layer_cache(family, rows, merge_interval=3, backend="torch"):
     """A cache of the tiny config with layer 0 holding a random dense state (FLA's layout), as after a prefill."""
     cache = DeltaLogCache(tiny_model(family).config, merge_interval=merge_interval, backend=backend)
