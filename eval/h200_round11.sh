@@ -4,7 +4,9 @@
 # RWKV6 84.1 -> 89.7 µs at B = 128) while GDN's same-GPU A/B found no cost of the decay-precision fix:
 #   "prefix" = commit b9493e6 (before the decay-precision fix: exp(l - Lambda_i) over a [C, K] tile),
 #   "cumsum" = commit 757bbed (the fix as first written: a reverse tl.cumsum over the shifted [C, K] decay tile),
-#   "loop"   = this tree (the same sums as an unrolled newest-first loop over the C key rows, no scan).
+#   "loop"   = the working tree of the run: the same sums as an unrolled newest-first loop over the C key rows, no
+#              scan. It measured within 1 % of "cumsum" and was not kept, so today this tree is "cumsum" and the
+#              script re-times that version twice (results/h200/round11/ holds the run as made).
 # One process per version, back to back: B = 128 and 512, M = 4 and 8, V-first, no numerics.
 #   OUT=/path bash eval/h200_round11.sh     # results: $OUT/round11.tar.gz
 set -u
