@@ -28,29 +28,35 @@ def _states_close(ours: FLADeltaLogCache, ref: Cache, step) -> None:
             assert (a is None and b is None) or (a.shape == b.shape and max_abs(a, b) <= 1e-5), (step, i, name)
 
 
+def _decode_both(model, ref: Cache, ours: FLADeltaLogCache, ids, steps: int, reorder_at: int, with_mask: bool) -> None:
+    """Prefill ``ids`` and decode ``steps`` greedy tokens through FLA's cache and ours side by side (optionally with
+    an attention mask): last logits and states agree after every step and after a row reorder at ``reorder_at``."""
+    mask = torch.ones_like(ids) if with_mask else None
+    with torch.no_grad():
+        a = model(ids, attention_mask=mask, past_key_values=ref, use_cache=True)
+        b = model(ids, attention_mask=mask, past_key_values=ours, use_cache=True)
+        for step in range(steps):
+            assert max_abs(b.logits[:, -1], a.logits[:, -1]) <= 1e-4, step
+            _states_close(ours, ref, step)
+            if step == reorder_at:
+                ref.reorder_cache(torch.tensor([1, 0]))
+                ours.reorder_cache(torch.tensor([1, 0]))
+                _states_close(ours, ref, "reorder")
+            nxt = a.logits[:, -1:].argmax(-1)
+            if with_mask:
+                mask = torch.cat([mask, torch.ones_like(nxt)], 1)
+            a = model(nxt, attention_mask=mask, past_key_values=ref, use_cache=True)
+            b = model(nxt, attention_mask=mask, past_key_values=ours, use_cache=True)
+
+
 @pytest.mark.parametrize("family,backend", [(f, "torch") for f in FAMILIES] + [("gated_deltanet", "triton")])
 def test_state_matches_fla_cache_every_step(family, backend):
     """Drive both caches by hand (with an attention mask, so GDN/KDA unpad to packed one-token sequences): logits, the
     materialised recurrent state (FLA's layout) and FLA's dense conv / token-shift states agree after every step,
     through merges and a beam-style row reorder."""
     model = tiny_model(family)
-    ids = prompt_ids(2, 5, seed=11)
     ref, ours = Cache(), DeltaLogCache(model, merge_interval=2, backend=backend)
-    mask = torch.ones_like(ids)
-    with torch.no_grad():
-        a = model(ids, attention_mask=mask, past_key_values=ref, use_cache=True)
-        b = model(ids, attention_mask=mask, past_key_values=ours, use_cache=True)
-        for step in range(5):
-            assert max_abs(b.logits[:, -1], a.logits[:, -1]) <= 1e-4, step
-            _states_close(ours, ref, step)
-            if step == 2:
-                ref.reorder_cache(torch.tensor([1, 0]))
-                ours.reorder_cache(torch.tensor([1, 0]))
-                _states_close(ours, ref, "reorder")
-            nxt = a.logits[:, -1:].argmax(-1)
-            mask = torch.cat([mask, torch.ones_like(nxt)], 1)
-            a = model(nxt, attention_mask=mask, past_key_values=ref, use_cache=True)
-            b = model(nxt, attention_mask=mask, past_key_values=ours, use_cache=True)
+    _decode_both(model, ref, ours, prompt_ids(2, 5, seed=11), steps=5, reorder_at=2, with_mask=True)
     assert ours.get_seq_length() == ref.get_seq_length() == 10
     assert [layer.length.tolist() for layer in ours.deltalog_layers] == [[1, 1]] * 2  # 5 steps at M = 2
     assert isinstance(ours[0]["recurrent_state"], FLADeltaLogState)
@@ -67,21 +73,8 @@ def test_dense_fla_path_matches_fla_cache(family, monkeypatch):
     monkeypatch.setattr(FLADeltaLogLayer, "plan", lambda self, batch, device: dict(
         plan(self, batch, device), merge_interval=1, state_v_first=self.spec.state_v_first, dense_fla=True))
     model = tiny_model(family)
-    ids = prompt_ids(2, 5, seed=12)
     ref, ours = Cache(), DeltaLogCache(model)
-    with torch.no_grad():
-        a = model(ids, past_key_values=ref, use_cache=True)
-        b = model(ids, past_key_values=ours, use_cache=True)
-        for step in range(4):
-            assert max_abs(b.logits[:, -1], a.logits[:, -1]) <= 1e-4, step
-            _states_close(ours, ref, step)
-            if step == 1:
-                ref.reorder_cache(torch.tensor([1, 0]))
-                ours.reorder_cache(torch.tensor([1, 0]))
-                _states_close(ours, ref, "reorder")
-            nxt = a.logits[:, -1:].argmax(-1)
-            a = model(nxt, past_key_values=ref, use_cache=True)
-            b = model(nxt, past_key_values=ours, use_cache=True)
+    _decode_both(model, ref, ours, prompt_ids(2, 5, seed=12), steps=4, reorder_at=1, with_mask=False)
     layer = ours.deltalog_layers[0]
     assert layer.dense_fla and layer.merge_interval == 1
     assert layer.base.shape == ref[0]["recurrent_state"].shape  # FLA's own layout
