@@ -114,8 +114,9 @@ def explain_metric_flip(x: dict, y: dict, metric_keys: list[str]) -> dict:
             bound = 2 * d / min(len(c) for c in conts)
         else:
             na, nb, bound = la, lb, 2 * d
-        gaps[k] = dict(default_gap=_choice_gap(na), deltalog_gap=_choice_gap(nb), bound=bound,
-                       near_tie=all(g is not None and g <= bound for g in (_choice_gap(na), _choice_gap(nb))))
+        ga, gb = _choice_gap(na), _choice_gap(nb)
+        gaps[k] = dict(default_gap=ga, deltalog_gap=gb, bound=bound,
+                       near_tie=all(g is not None and g <= bound for g in (ga, gb)))
     return dict(doc_id=x["doc_id"], metrics=flips, default_loglikelihoods=la, deltalog_loglikelihoods=lb,
                 max_abs_loglikelihood_diff=d, gaps=gaps, explained=all(g["near_tie"] for g in gaps.values()))
 
@@ -130,7 +131,7 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
     if sa.keys() != sb.keys():
         raise RuntimeError(f"{task}: the two runs scored different documents")
     n_gen = n_same = 0
-    ll_diffs, ll_pairs, differing, flipped = [], [], [], []
+    ll_pairs, differing, flipped = [], [], []
     first = next(iter(sa.values()), {})  # per-document metrics are sample keys without the filter ("acc,none" → "acc")
     doc_metric_keys = sorted({k.split(",")[0] for k in ma if isinstance(first.get(k.split(",")[0]), (int, float))})
     for key, x in sa.items():
@@ -145,14 +146,13 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
                 differing.append(dict(doc_id=x["doc_id"], default=ga, deltalog=gb,
                                       **explain_difference(lm, context, records["default"], records["deltalog"])))
         la, lb = _loglikelihoods(x), _loglikelihoods(y)
-        ll_diffs += [abs(p - q) for p, q in zip(la, lb)]
         ll_pairs += [(abs(p - q), x["doc_id"], i, p, q) for i, (p, q) in enumerate(zip(la, lb))]
         if la and any(x.get(k) != y.get(k) for k in doc_metric_keys):
             flipped.append(explain_metric_flip(x, y, doc_metric_keys))
     return dict(
         task=task, documents=len(sa), metrics=metrics, metrics_identical=all(m["identical"] for m in metrics.values()),
         generations=n_gen, generations_identical=n_same, generations_identical_fraction=n_same / n_gen if n_gen else None,
-        loglikelihood_requests=len(ll_diffs), max_abs_loglikelihood_diff=max(ll_diffs) if ll_diffs else None,
+        loglikelihood_requests=len(ll_pairs), max_abs_loglikelihood_diff=max(ll_pairs)[0] if ll_pairs else None,
         largest_loglikelihood_diffs=[dict(doc_id=d, request=i, default=p, deltalog=q, abs_diff=a)
                                      for a, d, i, p, q in sorted(ll_pairs, key=lambda t: -t[0])[:5]],
         differing_generations=differing, differing_scored_documents=flipped,
