@@ -1,5 +1,5 @@
 """Inputs at the edge of the contract, for every operator's reference and Triton kernel (under the interpreter):
-a step whose log-decay is huge or -inf, and a length outside [0, C]."""
+a step whose log-decay is huge or -inf, and a length outside [0, C] (negative, or above C)."""
 
 from __future__ import annotations
 
@@ -114,3 +114,26 @@ def test_length_outside_the_log_writes_nothing(op):
         assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)) if not a.is_floating_point() else \
             torch.allclose(a, b, rtol=1e-5, atol=1e-6)
     assert ker_log[-1].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_length_above_the_log_merges_like_the_reference(op):
+    """A length above C (a caller's bug) makes the row a merge of its C entries, in the kernel as in the reference:
+    same output, same base, length reset to 0 (the KDA / RWKV6 kernels hand the merge its exponents through the decay
+    slots on every merge row, L ≥ C, not only at L = C)."""
+    x, log, _, _, naive, _, kernel, ws = CASES[op](torch.Generator().manual_seed(3))
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(4))
+    ref_base, ker_base = base.clone(), base.clone()
+    ref_log, ker_log = [t.clone() for t in log], [t.clone() for t in log]
+    for t in range(M - 1):  # fill both rows' logs: length C
+        xs = step_inputs(x, t, op)
+        naive(*xs, ref_base, *ref_log)
+        kernel(*xs, ker_base, *ker_log, ws)
+    assert ker_log[-1].tolist() == ref_log[-1].tolist() == [M - 1, M - 1]
+    ref_log[-1][0] = ker_log[-1][0] = M  # row 0: one past the log
+    xs = step_inputs(x, M - 1, op)
+    o_ref = naive(*xs, ref_base, *ref_log)
+    o = kernel(*xs, ker_base, *ker_log, ws)
+    torch.testing.assert_close(o, o_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ker_base, ref_base, rtol=1e-5, atol=1e-5)
+    assert ker_log[-1].tolist() == ref_log[-1].tolist() == [0, 0]

@@ -111,3 +111,10 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item()
+
+
+def live_slots(log: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    """``log`` ``[B, H, C, D]`` with the slots at or past each row's ``length`` ``[B]`` set to 0 (stale slots are not
+    part of the logical state; the KDA and RWKV6 kernels use the decay slots that a merge makes stale as scratch)."""
+    keep = torch.arange(log.shape[2])[None, :] < length[:, None].long()  # [B, C]
+    return torch.where(keep[:, None, :, None], log, torch.zeros((), dtype=log.dtype))

@@ -10,7 +10,8 @@ Math (:mod:`hf_deltalog.kernels.kda.naive`, the executable specification; transf
 then append ``(k̂, u, g_t)`` at slot ``L`` (``L < C``) or merge ``a ⊙ base + Σ_i (exp(ℓ̄' − Λ_i) ⊙ K_i) U_iᵀ + k̂ uᵀ``
 into the base (``L = C``). The log keeps each entry's own log-decay ``λ_i``, and ``ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j`` is
 summed from the newest entry backwards (as ``kernels.common.later_decay_sums``), never as a difference of running
-sums; every exponent is ≤ 0 for ``g ≤ 0``.
+sums; every exponent is ≤ 0 for ``g ≤ 0``. On a merge row the prepare kernel writes these exponents into the decay
+slots, which the merge makes stale, and the decode kernel's merge reads one exponent per entry.
 
 Organisation (as the GDN kernels, :mod:`hf_deltalog.kernels.gdn.fused_deltalog`):
 
@@ -90,11 +91,10 @@ def _deltalog_kda_prepare_kernel(
         g_t = tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
         ell = ell + g_t
         a = tl.exp(ell)
-        p_ws = ws + HK * K + i_hv * (4 * K + 1 + 2 * C)
+        p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
         tl.store(p_ws + offs_k, a * b_k, mask=mask_k)
         tl.store(p_ws + K + offs_k, a * b_q, mask=mask_k)
-        tl.store(p_ws + 2 * K + offs_k, ell, mask=mask_k)  # ℓ̄' and this step's log-decay, for the merge
-        tl.store(p_ws + 3 * K + 1 + 2 * C + offs_k, g_t, mask=mask_k)
+        tl.store(p_ws + 2 * K + offs_k, ell, mask=mask_k)  # ℓ̄', for the merge
         tl.store(p_ws + 3 * K, qk)
         if C > 0:
             # ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot
@@ -106,6 +106,11 @@ def _deltalog_kda_prepare_kernel(
             tl.store(p_ws + 3 * K + 1 + C + offs_c, tl.sum(decayed * b_q[None, :], axis=1), mask=mask_c)
             if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
                 tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, g_t, mask=mask_k)  # own log-decay
+            if L >= C:
+                # Merge row: every slot is live and stale once the merge resets the length, so the slots take the
+                # merge's exponents ℓ̄' − Λ_i (the decode kernel reads them back, with no running sum)
+                tl.store(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], later,
+                         mask=mask_c[:, None] & mask_k[None, :])
         tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
 
     tl.store(ws + i_hk * K + offs_k, b_k, mask=mask_k)  # k̂, for the merge's k̂ uᵀ
@@ -138,7 +143,7 @@ def _deltalog_kda_decode_kernel(
 
     L = tl.load(ws + WS - 1).to(tl.int32)
     is_merge = L >= C
-    p_ws = ws + HK * K + i_hv * (4 * K + 1 + 2 * C)
+    p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
     b_ak = tl.load(p_ws + offs_k, mask=mask_k, other=0.0)
     b_aq = tl.load(p_ws + K + offs_k, mask=mask_k, other=0.0)
     qk = tl.load(p_ws + 3 * K)
@@ -177,18 +182,15 @@ def _deltalog_kda_decode_kernel(
             b_s = b_h * tl.exp(ell)[None, :] + b_u_new[:, None] * b_k[None, :]
         else:
             b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_u_new[None, :]
-        # Newest entry first: `acc` = g_t + Σ_{j>i} λ_j = ℓ̄' − Λ_i for entry i
-        acc = tl.load(p_ws + 3 * K + 1 + 2 * C + offs_k, mask=mask_k, other=0.0)
-        for n in range(C):  # merge rows have every slot live (L = C)
-            i = C - 1 - n
+        for i in range(C):  # merge rows have every slot live (L = C)
             k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
-            k_i = tl.exp(acc) * k_i
+            # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
+            k_i = tl.exp(tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)) * k_i
             u_i = tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
             if STATE_V_FIRST:
                 b_s += u_i[:, None] * k_i[None, :]
             else:
                 b_s += k_i[:, None] * u_i[None, :]
-            acc += tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
         tl.store(p_h, b_s, mask=mask_h)
     else:
         if C > 0:
@@ -203,13 +205,13 @@ def _next_pow2(n: int) -> int:
 
 
 def kda_workspace_size(Hk: int, HV: int, K: int, C: int) -> int:
-    """fp32 elements of one row's workspace: k̂ per key head, ``(a⊙k̂, a⊙q̂, ℓ̄', q̂·k̂, 2C coefficients, g_t)`` per
-    value head, and the phase."""
-    return Hk * K + HV * (4 * K + 1 + 2 * C) + 1
+    """fp32 elements of one row's workspace: k̂ per key head, ``(a⊙k̂, a⊙q̂, ℓ̄', q̂·k̂, 2C coefficients)`` per value
+    head, and the phase."""
+    return Hk * K + HV * (3 * K + 1 + 2 * C) + 1
 
 
 def deltalog_kda_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
-    """Scratch buffer of :func:`fused_deltalog_kda_decode`: fp32 ``[B, Hk·K + HV·(4K + 1 + 2C) + 1]``; its content
+    """Scratch buffer of :func:`fused_deltalog_kda_decode`: fp32 ``[B, Hk·K + HV·(3K + 1 + 2C) + 1]``; its content
     between calls does not matter."""
     return torch.zeros(B, kda_workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
 

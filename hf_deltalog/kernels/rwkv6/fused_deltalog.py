@@ -9,7 +9,9 @@ k_i v_iᵀ``, plus the bonus::
 then ``ℓ̄' = ℓ̄ + w`` and the row appends ``(k, v, w)`` (``L < C``) or merges ``exp(ℓ̄') ⊙ base + Σ_i (exp(ℓ̄' − Λ_i)
 ⊙ k_i) v_iᵀ + k vᵀ`` into the base (``L = C``). No delta-rule correction: nothing depends on the state but ``o``. The
 log keeps each entry's own log-decay ``λ_i``; ``ℓ̄ − Λ_i = Σ_{j>i} λ_j`` is summed from the newest entry backwards (as
-``kernels.common.later_decay_sums``), never as a difference of running sums.
+``kernels.common.later_decay_sums``), never as a difference of running sums. On a merge row the prepare kernel writes
+the merge's exponents ``ℓ̄' − Λ_i`` into the decay slots, which the merge makes stale, and the decode kernel's merge
+reads one exponent per entry.
 
 1. ``_deltalog_rwkv6_prepare_kernel``, grid ``B · H``: forms ``exp(ℓ̄) ⊙ r̃``, the replay coefficients and the bonus
    once per head, advances ``log_decay``, appends ``k``, ``v`` and ``w`` (append rows), and writes the workspace.
@@ -46,7 +48,7 @@ def _deltalog_rwkv6_prepare_kernel(
     i_h = pid % H
     i_b = pid // H
     i_bh = i_b * H + i_h
-    ws = ws_ptr + i_b * WS + i_h * (4 * K + 1 + C)
+    ws = ws_ptr + i_b * WS + i_h * (3 * K + 1 + C)
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
     b_r = tl.load(r_ptr + i_b * stride_rb + i_h * stride_rh + offs_k, mask=mask_k, other=0.0).to(tl.float32) * scale
@@ -72,7 +74,6 @@ def _deltalog_rwkv6_prepare_kernel(
 
     tl.store(ws + offs_k, tl.exp(ell) * b_r, mask=mask_k)
     tl.store(ws + K + offs_k, ell + b_w, mask=mask_k)  # ℓ̄', for the merge
-    tl.store(ws + 3 * K + 1 + C + offs_k, b_w, mask=mask_k)  # this step's log-decay, for the merge
     tl.store(ws + 2 * K + offs_k, b_k, mask=mask_k)  # k, for the merge's k vᵀ
     tl.store(ws + 3 * K, tl.sum(b_r * b_u * b_k, axis=0))  # the bonus r̃·(u ⊙ k)
     if i_h == 0:
@@ -90,6 +91,11 @@ def _deltalog_rwkv6_prepare_kernel(
             tl.store(k_log_ptr + i_bh * (C * K) + L * K + offs_k, b_k.to(k_log_ptr.dtype.element_ty), mask=mask_k)
             tl.store(v_log_ptr + i_bh * (C * V) + L * V + offs_vf, b_v.to(v_log_ptr.dtype.element_ty), mask=mask_vf)
             tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, b_w, mask=mask_k)  # the own log-decay
+        if L >= C:
+            # Merge row: every slot is live and stale once the merge resets the length, so the slots take the
+            # merge's exponents ℓ̄' − Λ_i = w_t + Σ_{j>i} λ_j (the decode kernel reads them back, with no running sum)
+            tl.store(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], later + b_w[None, :],
+                     mask=mask_c[:, None] & mask_k[None, :])
     tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell + b_w), mask=mask_k)
 
 
@@ -104,7 +110,7 @@ def _deltalog_rwkv6_decode_kernel(
     i_bh = pid // NV
     i_h = i_bh % H
     i_b = i_bh // H
-    ws = ws_ptr + i_b * WS + i_h * (4 * K + 1 + C)
+    ws = ws_ptr + i_b * WS + i_h * (3 * K + 1 + C)
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
     offs_v = i_v * BV + tl.arange(0, BV)
@@ -141,18 +147,15 @@ def _deltalog_rwkv6_decode_kernel(
             b_s = b_h * tl.exp(ell)[None, :] + b_v[:, None] * b_k[None, :]
         else:
             b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_v[None, :]
-        # Newest entry first: `acc` = w_t + Σ_{j>i} λ_j = ℓ̄' − Λ_i for entry i
-        acc = tl.load(ws + 3 * K + 1 + C + offs_k, mask=mask_k, other=0.0)
-        for n in range(C):  # merge rows have every slot live (L = C)
-            i = C - 1 - n
+        for i in range(C):  # merge rows have every slot live (L = C)
             k_i = tl.load(k_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            k_i = tl.exp(acc) * k_i
+            # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
+            k_i = tl.exp(tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)) * k_i
             v_i = tl.load(v_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0).to(tl.float32)
             if STATE_V_FIRST:
                 b_s += v_i[:, None] * k_i[None, :]
             else:
                 b_s += k_i[:, None] * v_i[None, :]
-            acc += tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
         tl.store(p_h, b_s, mask=mask_h)
     if (i_h == 0) & (i_v == 0):
         tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
@@ -163,13 +166,13 @@ def _next_pow2(n: int) -> int:
 
 
 def rwkv6_workspace_size(H: int, K: int, C: int) -> int:
-    """fp32 elements of one row's workspace: ``(exp(ℓ̄)⊙r̃, ℓ̄', k, bonus, C coefficients, w)`` per head, and the
+    """fp32 elements of one row's workspace: ``(exp(ℓ̄)⊙r̃, ℓ̄', k, bonus, C coefficients)`` per head, and the
     phase."""
-    return H * (4 * K + 1 + C) + 1
+    return H * (3 * K + 1 + C) + 1
 
 
 def deltalog_rwkv6_workspace(B: int, H: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
-    """Scratch buffer of :func:`fused_deltalog_rwkv6_decode`: fp32 ``[B, H·(4K + 1 + C) + 1]``."""
+    """Scratch buffer of :func:`fused_deltalog_rwkv6_decode`: fp32 ``[B, H·(3K + 1 + C) + 1]``."""
     return torch.zeros(B, rwkv6_workspace_size(H, K, C), dtype=torch.float32, device=device)
 
 
