@@ -15,7 +15,9 @@ Timing method
   the append steps (c < M - 1) and the merge step (c = M - 1) are reported separately.
 * Cache residency: each variant rotates over R independent state/input sets, R = ceil(4 · L2 / state bytes) (at most
   --max-sets), so the sets touched between two visits of one set exceed the L2 several times (B = 1..32 would
-  otherwise stay cache-resident).
+  otherwise stay cache-resident). ``--min-sets N`` rotates over at least N sets: with one set (B >= 128) the log
+  written at one step may stay in the L2 until the next step when the base loads carry an evict-first hint, which a
+  model, with other layers between two steps of one layer, does not allow (eval/results/h200/NOTES.md, rounds 12-13).
 * Each measurement: warm-up, a GPU sleep so that the queue fills, n replays between two events; the median of several
   trials is reported.
 * Copy bandwidth is measured in the same run (1 GiB device-to-device copy; bytes read + written / time).
@@ -369,8 +371,8 @@ def reset_deltalog_set(st):
     st["log_decay"].zero_()
 
 
-def n_sets(s: Shape, l2_bytes: int, max_sets: int) -> int:
-    return max(1, min(max_sets, math.ceil(4 * l2_bytes / s.state_bytes)))
+def n_sets(s: Shape, l2_bytes: int, max_sets: int, min_sets: int = 1) -> int:
+    return max(1, min_sets, min(max_sets, math.ceil(4 * l2_bytes / s.state_bytes)))
 
 
 def dense_step_fn(torch):
@@ -899,7 +901,7 @@ def run_tune(ctx, args, shape_kw, l2, out_dir, result):
         grid = grid[:2] + grid[-1:] if len(grid) > 3 else grid  # exercise the code path only
     for B in Bs:
         s = Shape(B=B, **shape_kw)
-        R = n_sets(s, l2, args.max_sets)
+        R = n_sets(s, l2, args.max_sets, args.min_sets)
         for M in Ms:
             for opts in grid:
                 rec = dict(B=B, M=M, layout="VK", options=opts, launch=resolved_launch(s, M, opts))
@@ -950,6 +952,10 @@ def parse_args(argv=None):
     p.add_argument("--numerics-ms", type=int, nargs="*", default=None)
     p.add_argument("--rollout-steps", type=int, default=None)
     p.add_argument("--max-sets", type=int, default=128, help="cap on rotated state sets (L2 eviction)")
+    p.add_argument("--min-sets", type=int, default=1,
+                   help="at least this many rotated sets: with more sets, a set's log written at one step is evicted "
+                        "from the L2 by the other sets' logs before its next step, as other layers do in a model "
+                        "(the default count rotates by state bytes only)")
     p.add_argument("--block-v", type=int, default=None, help="override the kernel's BV")
     p.add_argument("--num-warps", type=int, default=None, help="override the kernel's num_warps")
     p.add_argument("--heads-per-program", type=int, default=None, help="GDN: override value heads per program")
@@ -978,6 +984,8 @@ def parse_args(argv=None):
     p.add_argument("--no-numerics", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
     args = p.parse_args(argv)
+    if args.min_sets < 1:
+        p.error(f"--min-sets takes an integer >= 1; got {args.min_sets}")
     for name in ("batches", "ms", "numerics_batches", "numerics_ms", "tune_batches", "tune_ms", "replayssm_ls"):
         values = getattr(args, name) or []
         if any(v < 1 for v in values):
@@ -1091,7 +1099,7 @@ def run(args):
     rows = result["rows"]
     for B in Bs:
         s = Shape(B=B, **shape_kw)
-        R = n_sets(s, l2, args.max_sets)
+        R = n_sets(s, l2, args.max_sets, args.min_sets)
         dense_floor = dense_bytes(s) / bw * 1e6
         log(f"B={B}: {R} rotated set(s), state {s.state_bytes / 2**20:.1f} MiB, dense floor {dense_floor:.2f} µs")
         for v_first, name in ((True, "fla_vfirst"), (False, "fla_kfirst")):

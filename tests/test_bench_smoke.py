@@ -28,6 +28,20 @@ def test_bench_cpu_smoke(operator, tmp_path):
     assert all(r["out_rel"] < 1e-2 and r["state_rel"] < 1e-5 for r in numerics if r["variant"] == "ours")
 
 
+def test_bench_min_sets_cpu_smoke(tmp_path):
+    """--min-sets raises the number of rotated sets above the count the state size gives (2 in --cpu-smoke)."""
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--operator", "kda", "--batches", "1", "--ms", "2", "--layouts", "VK", "--no-numerics",
+                "--no-compile", "--min-sets", "3", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "bench_kda_decode.json").read_text())["rows"]
+    assert rows and all(r["sets"] == 3 for r in rows)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--min-sets", "0"])
+
+
 def test_bench_tune_select_cpu_smoke(tmp_path):
     """--tune sweeps launch options of the GDN kernel first; --tune-select runs the main benchmark with the winner."""
     spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
