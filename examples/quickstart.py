@@ -32,9 +32,13 @@ PROMPTS = [
 
 
 def timed_generate(model, inputs, cache, new_tokens: int):
-    """Greedy generate; returns (sequences, ms per output token of the decode phase, prefill excluded)."""
+    """Greedy generate; returns (sequences, ms per output token of the decode phase, prefill excluded).
+
+    The decode time is (time of a full generate − time of a one-token generate) / (new_tokens − 1), both after an
+    untimed warm-up call, so that one-time setup (lazy initialisation on the first call) is charged to neither."""
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     with torch.no_grad():
+        model.generate(**inputs, cache=cache() if cache else None, max_new_tokens=2, do_sample=False)  # warm-up
         t0 = time.perf_counter()
         model.generate(**inputs, cache=cache() if cache else None, max_new_tokens=1, do_sample=False)
         prefill = time.perf_counter() - t0
