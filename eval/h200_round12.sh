@@ -6,7 +6,7 @@
 #             slots the merge makes stale, and the decode kernel's merge reads one exponent per entry (no running sum,
 #             no step-decay vector in the workspace) (.ab/mexp),
 #   "wt"    = the tree of the run: "mexp" plus workspace blocks padded to 16 bytes (aligned vector loads in the decode
-#             kernel). It measured 1-4 % slower than "mexp" and was not kept: this tree is now "mexp", so a re-run
+#             kernel). It measured 0.3-4.4 % slower than "mexp" and was not kept: this tree is now "mexp", so a re-run
 #             times "mexp" twice (results/h200/round12/ holds the run as made),
 #   "evict" = "wt" plus eviction_policy="evict_first" on the decode kernels' base-tile loads (all three kernels)
 #             (.ab/evict).
