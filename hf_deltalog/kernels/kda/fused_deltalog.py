@@ -182,7 +182,7 @@ def _deltalog_kda_decode_kernel(
             b_s = b_h * tl.exp(ell)[None, :] + b_u_new[:, None] * b_k[None, :]
         else:
             b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_u_new[None, :]
-        for i in range(C):  # merge rows have every slot live (L = C)
+        for i in range(C):  # merge rows have every slot live (L ≥ C)
             k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
             # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
             k_i = tl.exp(tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)) * k_i
@@ -336,7 +336,9 @@ def fused_deltalog_kda_decode(
             (any float dtype); beta: ``[B, 1, HV]``.
         base: fp32 ``[B, HV, K, V]`` (``[B, HV, V, K]`` with ``state_v_first``); log_decay: fp32 ``[B, HV, K]``;
         k_log: fp32 ``[B, Hk, C, K]``; u_log: fp32 ``[B, HV, C, V]``; decay_log: fp32 ``[B, HV, C, K]``;
-        length: int32/int64 ``[B]``; workspace: :func:`deltalog_kda_workspace`. All mutated in place.
+        length: int32/int64 ``[B]``; workspace: :func:`deltalog_kda_workspace`. All mutated in place. Only the live
+        slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that merge's
+        exponents ``ℓ̄' − Λ_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps.
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_kda_decode`` (declares its mutations,
             so ``torch.compile`` traces it without a graph break); False launches the kernels directly.

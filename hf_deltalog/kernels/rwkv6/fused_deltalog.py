@@ -147,7 +147,7 @@ def _deltalog_rwkv6_decode_kernel(
             b_s = b_h * tl.exp(ell)[None, :] + b_v[:, None] * b_k[None, :]
         else:
             b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_v[None, :]
-        for i in range(C):  # merge rows have every slot live (L = C)
+        for i in range(C):  # merge rows have every slot live (L ≥ C)
             k_i = tl.load(k_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
             # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
             k_i = tl.exp(tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)) * k_i
@@ -287,6 +287,8 @@ def fused_deltalog_rwkv6_decode(
         base: fp32 ``[B, H, K, V]`` (``[B, H, V, K]`` with ``state_v_first``); log_decay: fp32 ``[B, H, K]``;
         k_log ``[B, H, C, K]`` and v_log ``[B, H, C, V]`` in any float dtype (the activation dtype is lossless);
         decay_log: fp32 ``[B, H, C, K]``; length: int32/int64 ``[B]``; workspace: :func:`deltalog_rwkv6_workspace`.
+        Only the live slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that
+        merge's exponents ``ℓ̄' − Λ_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5`` (FLA's RWKV6 layer passes 1.0).
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode`` (declares its
             mutations, so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
