@@ -290,6 +290,18 @@ def test_custom_op_plain_entry_and_compile():
     assert OP_KIND == "custom_op"  # the interpreter cannot trace wrap_triton; GPUs get the triton_op form
 
 
+def test_decode_register_cap(monkeypatch):
+    """The 64-register cap goes only to one-warp decode launches with a log (C > 0), and never to ROCm builds."""
+    from hf_deltalog.kernels._op import decode_register_cap
+
+    assert decode_register_cap(7, 1) == {"maxnreg": 64}
+    assert decode_register_cap(1, 1) == {"maxnreg": 64}
+    assert decode_register_cap(0, 1) == {}  # the dense kernel measured 1 % slower under the cap
+    assert decode_register_cap(7, 2) == {} and decode_register_cap(7, 4) == {}
+    monkeypatch.setattr(torch.version, "hip", "6.2", raising=False)
+    assert decode_register_cap(7, 1) == {}  # maxnreg is an NVIDIA option
+
+
 def test_default_launch_config():
     # a dense-decode-shaped program ([8, K], one warp, one value head) normalising raw q/k, one prepare warp at M = 8
     assert default_launch_config(256, 16, 32, 128, 128, 7) == (8, 1, 1, True, 1)

@@ -15,7 +15,9 @@ from typing import Callable
 import torch
 from torch.library import triton_op
 
-__all__ = ["OP_KIND", "check_launch_options", "interpreting", "launch_device", "register_decode_op"]
+__all__ = [
+    "OP_KIND", "check_launch_options", "decode_register_cap", "interpreting", "launch_device", "register_decode_op",
+]
 
 
 def interpreting() -> bool:
@@ -43,6 +45,24 @@ def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> N
         raise ValueError(f"block_v must be a power of two >= 1 (or None for the default); got {block_v!r}")
     if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"{warps_name} must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")
+
+
+def decode_register_cap(C: int, num_warps: int) -> dict:
+    """Launch options capping a one-warp DeltaLog decode program at 64 registers per thread: ``{"maxnreg": 64}``
+    for ``C > 0`` and ``num_warps == 1`` on NVIDIA GPUs, ``{}`` otherwise (the interpreter ignores the option).
+
+    64 registers × 32 threads × 32 programs fill an SM's 65,536 registers at the hardware's limit of 32 resident
+    blocks, so under the cap one-warp programs never lose residency to registers (uncapped, the compiler gave these
+    kernels 64–78 registers on an sm_90 compile: eval/kernel_resources.py). Measured on an H200
+    (eval/results/h200/round17/, V-first, B = 128 / 512, µs per token): GDN M = 8 90.9 / 341.3 → 86.9 / 324.0,
+    M = 16 unchanged (90.4 / 338.6); KDA mixed (M = 4 +1 %, M = 8 −2 %), so its launcher does not use it; the dense
+    kernels (C = 0) 1 % slower with it, so no launcher applies it there.
+
+    Returns:
+        The extra keyword arguments of the decode kernel's launch (``{}`` or ``{"maxnreg": 64}``)."""
+    if C > 0 and num_warps == 1 and torch.version.hip is None:
+        return {"maxnreg": 64}
+    return {}
 
 
 def launch_device(t: torch.Tensor) -> contextlib.AbstractContextManager:

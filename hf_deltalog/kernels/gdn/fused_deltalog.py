@@ -24,8 +24,10 @@ Kernel design: two launches per step, no host synchronisation
    ``HPP`` value heads (default 1) and ``BV``-wide value tile, the tile fastest): normalises the raw ``q``/``k`` of
    its key head (``raw_qk``, the default; otherwise it re-reads the fp32 ``q̂``/``k̂`` the prepare kernel stored),
    reads its base tile once, replays the live ``U_i`` columns with the prepared coefficients, writes ``o``, then appends ``u`` into slot ``L`` or, on merge rows, writes the merged tile
-   (``a·base + Σ_i w_i K_i U_iᵀ + k̂ uᵀ``, ``C`` exact fp32 rank-1 updates). The program of value head 0 and tile 0
-   writes the row's new ``length`` (the decode kernel reads the phase from the workspace, never from ``length``).
+   (``a·base + Σ_i w_i K_i U_iᵀ + k̂ uᵀ``, ``C`` exact fp32 rank-1 updates in a loop whose loads run one entry
+   ahead). The program of value head 0 and tile 0 writes the row's new ``length`` (the decode kernel reads the
+   phase from the workspace, never from ``length``). With a log (``C > 0``) and one warp the kernel is compiled
+   under a 64-register cap, so that 32 programs fit an SM (:func:`hf_deltalog.kernels._op.decode_register_cap`).
    The program shape is that of a dense decode kernel (a ``[BV, BK]`` tile, one warp), so the replay adds only a few
    coefficient loads and the ``[L, BV]`` slice of the log per program.
 
@@ -54,7 +56,9 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import OP_KIND, check_launch_options, launch_device, register_decode_op
+from hf_deltalog.kernels._op import (
+    OP_KIND, check_launch_options, decode_register_cap, launch_device, register_decode_op,
+)
 from hf_deltalog.kernels._op import interpreting as _interpreting
 
 __all__ = [
@@ -281,11 +285,22 @@ def _deltalog_gdn_decode_kernel(
         else:
             b_s = a[None, :] * b_h + b_k[:, None] * b_u_new[None, :]
         if C > 0:
-            # Merge rows have every slot live (L = C): C exact fp32 rank-1 updates (no tl.dot: never TF32).
-            for i in range(C):  # a loop: unrolled, the hoisted loads double the registers at C = 7
-                w_i = tl.load(p_ws + 2 + 2 * C + i)
-                k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
-                u_i = w_i * tl.load(u_log_ptr + (bh_r * C + i) * V + v_r, mask=mask_r, other=0.0)
+            # Merge rows have every slot live (L = C): C exact fp32 rank-1 updates (no tl.dot: never TF32). A loop
+            # (unrolled, the hoisted loads double the registers at C = 7) whose loads run one entry ahead, so that each
+            # entry's round trip overlaps the previous entry's products instead of following them.
+            p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_k
+            p_ul = u_log_ptr + bh_r * (C * V) + v_r
+            w_n = tl.load(p_ws + 2 + 2 * C)
+            k_n = tl.load(p_kl, mask=mask_k, other=0.0)
+            u_n = tl.load(p_ul, mask=mask_r, other=0.0)
+            for i in range(C):
+                w_i = w_n
+                k_i = k_n
+                u_i = w_i * u_n
+                j = tl.minimum(i + 1, C - 1)  # the last pass reloads entry C - 1 (in bounds, unused)
+                w_n = tl.load(p_ws + 2 + 2 * C + j)
+                k_n = tl.load(p_kl + j * K, mask=mask_k, other=0.0)
+                u_n = tl.load(p_ul + j * V, mask=mask_r, other=0.0)
                 if STATE_V_FIRST:
                     b_s += u_i[:, None] * k_i[None, :]
                 else:
@@ -470,7 +485,7 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, HPP=cfg.heads_per_program,
         STATE_V_FIRST=state_v_first, RAW_QK=cfg.raw_qk, USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl,
-        num_warps=cfg.num_warps, **({"launch_pdl": True} if pdl else {}),
+        num_warps=cfg.num_warps, **decode_register_cap(C, cfg.num_warps), **({"launch_pdl": True} if pdl else {}),
     )
     return o
 

@@ -16,7 +16,9 @@ reads one exponent per entry.
 1. ``_deltalog_rwkv6_prepare_kernel``, grid ``B · H``: forms ``exp(ℓ̄) ⊙ r̃``, the replay coefficients and the bonus
    once per head, advances ``log_decay``, appends ``k``, ``v`` and ``w`` (append rows), and writes the workspace.
 2. ``_deltalog_rwkv6_decode_kernel``, grid ``B · H · NV``: one base tile per program, replays the live ``v_i``
-   columns, writes ``o``; on merge rows writes the merged tile. Head 0, tile 0 writes the row's new ``length``.
+   columns, writes ``o``; on merge rows writes the merged tile (a loop over the entries whose loads run one entry
+   ahead). Head 0, tile 0 writes the row's new ``length``. With a log (``C > 0``) and one warp it is compiled under
+   a 64-register cap (:func:`hf_deltalog.kernels._op.decode_register_cap`).
 
 Same contract as the GDN and KDA kernels: within a launch every element is written by one program and read by no
 other; int64 offsets; fp32 elementwise products with ``tl.sum`` (never TF32); stale slots never reach an output. Log
@@ -30,7 +32,9 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import check_launch_options, interpreting, launch_device, register_decode_op
+from hf_deltalog.kernels._op import (
+    check_launch_options, decode_register_cap, interpreting, launch_device, register_decode_op,
+)
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
 
@@ -147,15 +151,27 @@ def _deltalog_rwkv6_decode_kernel(
             b_s = b_h * tl.exp(ell)[None, :] + b_v[:, None] * b_k[None, :]
         else:
             b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_v[None, :]
-        for i in range(C):  # merge rows have every slot live (L ≥ C)
-            k_i = tl.load(k_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
-            k_i = tl.exp(tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)) * k_i
-            v_i = tl.load(v_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-            if STATE_V_FIRST:
-                b_s += v_i[:, None] * k_i[None, :]
-            else:
-                b_s += k_i[:, None] * v_i[None, :]
+        # Merge rows have every slot live (L ≥ C). The loads run one entry ahead, so that each entry's round trip
+        # overlaps the previous entry's products instead of following them.
+        if C > 0:
+            p_kl = k_log_ptr + i_bh * (C * K) + offs_k
+            p_dl = decay_log_ptr + i_bh * (C * K) + offs_k
+            p_vl = v_log_ptr + i_bh * (C * V) + offs_v
+            k_n = tl.load(p_kl, mask=mask_k, other=0.0).to(tl.float32)
+            d_n = tl.load(p_dl, mask=mask_k, other=0.0)
+            v_n = tl.load(p_vl, mask=mask_v, other=0.0).to(tl.float32)
+            for i in range(C):
+                # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
+                k_i = tl.exp(d_n) * k_n
+                v_i = v_n
+                j = tl.minimum(i + 1, C - 1)  # the last pass reloads entry C - 1 (in bounds, unused)
+                k_n = tl.load(p_kl + j * K, mask=mask_k, other=0.0).to(tl.float32)
+                d_n = tl.load(p_dl + j * K, mask=mask_k, other=0.0)
+                v_n = tl.load(p_vl + j * V, mask=mask_v, other=0.0).to(tl.float32)
+                if STATE_V_FIRST:
+                    b_s += v_i[:, None] * k_i[None, :]
+                else:
+                    b_s += k_i[:, None] * v_i[None, :]
         tl.store(p_h, b_s, mask=mask_h)
     if (i_h == 0) & (i_v == 0):
         tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
@@ -239,6 +255,7 @@ def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, wor
     wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
         v, o, base, kl, vl, dl, length, workspace, v.stride(0), v.stride(2),
         H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first, num_warps=num_warps,
+        **decode_register_cap(C, num_warps),
     )
     return o
 
