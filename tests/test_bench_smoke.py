@@ -1,6 +1,8 @@
 """The kernel benchmark script runs end to end (its --cpu-smoke mode: interpreter, tiny shapes), for each operator."""
 
 import importlib.util
+import os
+import subprocess
 import json
 import sys
 from pathlib import Path
@@ -124,3 +126,17 @@ def test_generate_check_runs_syntax():
     for bad in ("0", "4:0", "x", "4:", "4:2:1"):
         with pytest.raises(ValueError, match="B or B:M"):
             parse_runs([bad], [])
+
+
+def test_gpu_compile_check_cpu_smoke(tmp_path):
+    """eval/gpu_compile_check.py --cpu-smoke: eager and torch.compile(aot_eager) decode steps of the opaque ops agree
+    bit for bit, outputs and buffers, across a merge (C = 3, rows at every phase)."""
+    script = SCRIPT.parent / "gpu_compile_check.py"
+    out = tmp_path / "compile.json"
+    run = subprocess.run([sys.executable, str(script), "--cpu-smoke", "--steps", "2", "--operators", "gdn", "rwkv6",
+                          "--out", str(out)], capture_output=True, text=True, timeout=600, check=False,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads(out.read_text())["results"]
+    assert [r["operator"] for r in results] == ["gdn", "rwkv6"]
+    assert all(r["identical"] and r["final_length"] == [2, 3, 0, 1] for r in results)
