@@ -1,9 +1,9 @@
 """The kernel benchmark script runs end to end (its --cpu-smoke mode: interpreter, tiny shapes), for each operator."""
 
 import importlib.util
+import json
 import os
 import subprocess
-import json
 import sys
 from pathlib import Path
 
@@ -133,8 +133,8 @@ def test_gpu_compile_check_cpu_smoke(tmp_path):
     bit for bit, outputs and buffers, across a merge (C = 3, rows at every phase)."""
     script = SCRIPT.parent / "gpu_compile_check.py"
     out = tmp_path / "compile.json"
-    run = subprocess.run([sys.executable, str(script), "--cpu-smoke", "--steps", "2", "--operators", "gdn", "rwkv6",
-                          "--out", str(out)], capture_output=True, text=True, timeout=600, check=False,
+    run = subprocess.run([sys.executable, str(script), "--cpu-smoke", "--strict", "--steps", "2", "--operators", "gdn",
+                          "rwkv6", "--out", str(out)], capture_output=True, text=True, timeout=600, check=False,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0, run.stdout + run.stderr
     results = json.loads(out.read_text())["results"]

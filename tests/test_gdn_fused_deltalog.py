@@ -291,15 +291,17 @@ def test_custom_op_plain_entry_and_compile():
 
 
 def test_decode_register_cap(monkeypatch):
-    """The 64-register cap goes only to one-warp decode launches with a log (C > 0), and never to ROCm builds."""
+    """The 64-register cap goes only to one-warp decode launches with a log (C > 0) and a tile of at most 1,024
+    elements (the [8, 128] tile it was measured on; larger tiles spill under it), and never to ROCm builds."""
     from hf_deltalog.kernels._op import decode_register_cap
 
-    assert decode_register_cap(7, 1) == {"maxnreg": 64}
-    assert decode_register_cap(1, 1) == {"maxnreg": 64}
-    assert decode_register_cap(0, 1) == {}  # the dense kernel measured 1 % slower under the cap
-    assert decode_register_cap(7, 2) == {} and decode_register_cap(7, 4) == {}
+    assert decode_register_cap(7, 1, 8 * 128) == {"maxnreg": 64}
+    assert decode_register_cap(1, 1, 8 * 64) == {"maxnreg": 64}
+    assert decode_register_cap(0, 1, 8 * 128) == {}  # the dense kernel measured 1 % slower under the cap
+    assert decode_register_cap(7, 2, 8 * 128) == {} and decode_register_cap(7, 4, 16 * 128) == {}
+    assert decode_register_cap(7, 1, 8 * 256) == {} and decode_register_cap(7, 1, 16 * 128) == {}  # K = 256, BV = 16
     monkeypatch.setattr(torch.version, "hip", "6.2", raising=False)
-    assert decode_register_cap(7, 1) == {}  # maxnreg is an NVIDIA option
+    assert decode_register_cap(7, 1, 8 * 128) == {}  # maxnreg is an NVIDIA option
 
 
 def test_default_launch_config():

@@ -47,9 +47,12 @@ def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> N
         raise ValueError(f"{warps_name} must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")
 
 
-def decode_register_cap(C: int, num_warps: int) -> dict:
-    """Launch options capping a one-warp DeltaLog decode program at 64 registers per thread: ``{"maxnreg": 64}``
-    for ``C > 0`` and ``num_warps == 1`` on NVIDIA GPUs, ``{}`` otherwise (the interpreter ignores the option).
+def decode_register_cap(C: int, num_warps: int, tile_elements: int) -> dict:
+    """Launch options capping a one-warp DeltaLog decode program at 64 registers per thread.
+
+    ``{"maxnreg": 64}`` when the launch has a log (``C > 0``), one warp, and a base tile of at most 1,024 fp32
+    elements (``tile_elements``: e.g. the default ``[8, 128]`` tile; 32 registers of tile per thread) on a build
+    that is not ROCm (``maxnreg`` is an NVIDIA option; Triton's interpreter ignores it); ``{}`` otherwise.
 
     64 registers × 32 threads × 32 programs fill an SM's 65,536 registers at the hardware's limit of 32 resident
     blocks, so under the cap one-warp programs never lose residency to registers. Uncapped, the GDN decode kernel
@@ -57,11 +60,18 @@ def decode_register_cap(C: int, num_warps: int) -> dict:
     went from 75 % to 84 % of peak DRAM throughput (Nsight Compute, eval/results/h200/round19/). Timed
     (eval/results/h200/round17/, V-first, B = 128 / 512, µs per token): GDN M = 8 90.9 / 341.3 → 86.9 / 324.0,
     M = 16 unchanged (90.4 / 338.6); KDA mixed (M = 4 +1 %, M = 8 −2 %), so its launcher does not use it; the dense
-    kernels (C = 0) 1 % slower with it, so no launcher applies it there.
+    kernels (C = 0) 1 % slower with it, so no launcher applies it there. Larger tiles (K = 256, or ``block_v`` 16
+    and 32 at K = 128) spill under the cap in an sm_90 compile (``eval/kernel_resources.py``) and were never timed
+    with it, so they are left uncapped.
+
+    The option reaches eager launches (and CUDA graphs captured from them). Under ``torch.compile`` with Inductor,
+    torch's user-kernel wrapper forwards ``num_warps``/``num_stages`` to the compiled kernel but, by a reading of
+    its source (torch 2.11–2.13), not ``maxnreg``: compiled graphs then run the uncapped kernel (same results;
+    not measured on a GPU).
 
     Returns:
         The extra keyword arguments of the decode kernel's launch (``{}`` or ``{"maxnreg": 64}``)."""
-    if C > 0 and num_warps == 1 and torch.version.hip is None:
+    if C > 0 and num_warps == 1 and tile_elements <= 1024 and torch.version.hip is None:
         return {"maxnreg": 64}
     return {}
 

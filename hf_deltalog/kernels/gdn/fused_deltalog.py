@@ -26,8 +26,9 @@ Kernel design: two launches per step, no host synchronisation
    reads its base tile once, replays the live ``U_i`` columns with the prepared coefficients, writes ``o``, then appends ``u`` into slot ``L`` or, on merge rows, writes the merged tile
    (``a·base + Σ_i w_i K_i U_iᵀ + k̂ uᵀ``, ``C`` exact fp32 rank-1 updates in a loop whose loads run one entry
    ahead). The program of value head 0 and tile 0 writes the row's new ``length`` (the decode kernel reads the
-   phase from the workspace, never from ``length``). With a log (``C > 0``) and one warp the kernel is compiled
-   under a 64-register cap, so that 32 programs fit an SM (:func:`hf_deltalog.kernels._op.decode_register_cap`).
+   phase from the workspace, never from ``length``). With a log (``C > 0``), one warp and a tile of at most 1,024
+   elements the kernel is launched under a 64-register cap, so that 32 programs fit an SM
+   (:func:`hf_deltalog.kernels._op.decode_register_cap`).
    The program shape is that of a dense decode kernel (a ``[BV, BK]`` tile, one warp), so the replay adds only a few
    coefficient loads and the ``[L, BV]`` slice of the log per program.
 
@@ -485,7 +486,8 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, HPP=cfg.heads_per_program,
         STATE_V_FIRST=state_v_first, RAW_QK=cfg.raw_qk, USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl,
-        num_warps=cfg.num_warps, **decode_register_cap(C, cfg.num_warps), **({"launch_pdl": True} if pdl else {}),
+        num_warps=cfg.num_warps, **decode_register_cap(C, cfg.num_warps, BK * BV * cfg.heads_per_program),
+        **({"launch_pdl": True} if pdl else {}),
     )
     return o
 

@@ -17,8 +17,8 @@ reads one exponent per entry.
    once per head, advances ``log_decay``, appends ``k``, ``v`` and ``w`` (append rows), and writes the workspace.
 2. ``_deltalog_rwkv6_decode_kernel``, grid ``B · H · NV``: one base tile per program, replays the live ``v_i``
    columns, writes ``o``; on merge rows writes the merged tile (a loop over the entries whose loads run one entry
-   ahead). Head 0, tile 0 writes the row's new ``length``. With a log (``C > 0``) and one warp it is compiled under
-   a 64-register cap (:func:`hf_deltalog.kernels._op.decode_register_cap`).
+   ahead). Head 0, tile 0 writes the row's new ``length``. With a log (``C > 0``), one warp and a tile of at most
+   1,024 elements it is launched under a 64-register cap (:func:`hf_deltalog.kernels._op.decode_register_cap`).
 
 Same contract as the GDN and KDA kernels: within a launch every element is written by one program and read by no
 other; int64 offsets; fp32 elementwise products with ``tl.sum`` (never TF32); stale slots never reach an output. Log
@@ -255,7 +255,7 @@ def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, wor
     wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
         v, o, base, kl, vl, dl, length, workspace, v.stride(0), v.stride(2),
         H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first, num_warps=num_warps,
-        **decode_register_cap(C, num_warps),
+        **decode_register_cap(C, num_warps, BK * BV),
     )
     return o
 
