@@ -913,9 +913,9 @@ def run_tune(ctx, args, shape_kw, l2, out_dir, result):
                 except Exception as e:  # noqa: BLE001
                     rec.update(amortized_us=None, error=repr(e)[:300])
                 out.append(rec)
-            log(f"tune B={B} M={M}: best " + min(
-                (f"{r['amortized_us']:.1f} µs {r['options']}" for r in out
-                 if r["B"] == B and r["M"] == M and r.get("amortized_us")), default="-"))
+            done = [r for r in out if r["B"] == B and r["M"] == M and r.get("amortized_us")]
+            best = min(done, key=lambda r: r["amortized_us"], default=None)
+            log(f"tune B={B} M={M}: best " + (f"{best['amortized_us']:.1f} µs {best['options']}" if best else "-"))
             result["tune"] = out
             write_outputs(out_dir, result, final=False)
     return out

@@ -34,9 +34,6 @@ OPERATORS = {
               lambda Hk, HV, K, C: fr.rwkv6_workspace_size(HV, K, C), "*bf16"),
 }
 
-# single-launch kernels (the whole step in one launch), where an operator has one
-SINGLE_LAUNCH = {"gdn": (fd._deltalog_gdn_step_kernel,)}
-
 POINTERS = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", g_ptr="*fp32", beta_ptr="*bf16", o_ptr="*bf16",
                 base_ptr="*fp32", log_decay_ptr="*fp32", k_log_ptr="*fp32", u_log_ptr="*fp32", decay_log_ptr="*fp32",
                 length_ptr="*i32", ws_ptr="*fp32")
@@ -58,8 +55,7 @@ def usage(operator: str, kernel, C: int, BV: int, layout: str, num_warps: int, H
     every = dict(HK=Hk, H=HV, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=triton.next_power_of_2(K), BV=BV,
                  BC=triton.next_power_of_2(max(C, 1)), BG=triton.next_power_of_2(HV // Hk), NV=triton.cdiv(V, BV),
                  WS=ws(Hk, HV, K, C), USE_QK_L2NORM=True, STATE_V_FIRST=layout == "VK", RAW_QK=True, HPP=1,
-                 USE_PDL=False, STORE_QK=False, BVF=triton.next_power_of_2(V), BH=triton.next_power_of_2(HV),
-                 COEF_LOOP=bool(int(os.environ.get('COEF_LOOP', '0'))), ROW_SYNC=0)
+                 USE_PDL=False, STORE_QK=False, BVF=triton.next_power_of_2(V))
     consts = {name: every[name] for name in kernel.arg_names if name in every}
     signature = {}
     for name in kernel.arg_names:
@@ -75,7 +71,7 @@ def usage(operator: str, kernel, C: int, BV: int, layout: str, num_warps: int, H
             signature[name] = "i32"
         else:
             signature[name] = "constexpr"
-    cap = {"maxnreg": MAXNREG} if MAXNREG and ("decode" in kernel.__name__ or "step" in kernel.__name__) else {}
+    cap = {"maxnreg": MAXNREG} if MAXNREG and "decode" in kernel.__name__ else {}
     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=consts),
                               target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, **cap))
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -94,7 +90,7 @@ def main() -> None:
     args = p.parse_args()
     for spec in args.configs:
         C, BV, layout, nw = spec.split(",")
-        for kernel in OPERATORS[args.operator][:2] + SINGLE_LAUNCH.get(args.operator, ()):
+        for kernel in OPERATORS[args.operator][:2]:
             print(f"{kernel.__name__:32} C={C:>2} BV={BV:>2} {layout} warps={nw}: "
                   f"{usage(args.operator, kernel, int(C), int(BV), layout, int(nw))}", flush=True)
 

@@ -1,7 +1,6 @@
 """Launch the DeltaLog GDN kernels once per phase (an append step at L = 3, a merge step) for Nsight Compute.
 
     ncu --clock-control none --set full -k regex:_deltalog_gdn python eval/profile_gdn_kernel.py [--batch 128]
-        [--single-launch]
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ def main() -> None:
     p.add_argument("--state-v-first", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--block-v", type=int, default=None)
     p.add_argument("--num-warps", type=int, default=None)
-    p.add_argument("--single-launch", action=argparse.BooleanOptionalAction, default=None,
-                   help="the single-launch step kernel (default: the kernel's default path)")
     a = p.parse_args()
     B, Hk, HV, K, V, C = a.batch, 16, 32, 128, 128, a.merge_interval - 1
     dev, bf = "cuda", torch.bfloat16
@@ -38,8 +35,7 @@ def main() -> None:
     for L in (3, C):  # one append step, one merge step
         bufs["length"].fill_(L)
         fused_deltalog_gdn_decode(q, k, v, g, beta, *bufs.values(), workspace, state_v_first=a.state_v_first,
-                                  block_v=a.block_v, num_warps=a.num_warps, single_launch=a.single_launch,
-                                  use_custom_op=False)
+                                  block_v=a.block_v, num_warps=a.num_warps, use_custom_op=False)
     torch.cuda.synchronize()
 
 

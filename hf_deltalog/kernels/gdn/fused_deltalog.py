@@ -150,7 +150,7 @@ def _deltalog_gdn_prepare_kernel(
         tl.store(ws + i_hk * K + offs_k, b_q, mask=mask_k)
         tl.store(ws + (HK + i_hk) * K + offs_k, b_k, mask=mask_k)
     if i_hk == 0:
-        tl.store(ws + WS - 2, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
+        tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
     p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)  # [BG] coefficient block of each value head
     tl.store(p_ws, tl.exp(ell), mask=mask_g)
     tl.store(p_ws + 1, tl.zeros([BG], dtype=tl.float32) + qk, mask=mask_g)
@@ -253,7 +253,7 @@ def _deltalog_gdn_decode_kernel(
     if not RAW_QK:
         b_q = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
         b_k = tl.load(ws + (HK + i_hk) * K + offs_k, mask=mask_k, other=0.0)
-    L = tl.load(ws + WS - 2).to(tl.int32)
+    L = tl.load(ws + WS - 1).to(tl.int32)
     is_merge = L >= C
     p_ws = ws + 2 * HK * K + hv_r * (3 * C + 2)  # [R] coefficient block of each row's value head
     a = tl.load(p_ws)
@@ -315,196 +315,20 @@ def _deltalog_gdn_decode_kernel(
         tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
 
 
-@triton.jit
-def _deltalog_gdn_step_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    g_ptr,
-    beta_ptr,
-    o_ptr,
-    base_ptr,
-    log_decay_ptr,
-    k_log_ptr,
-    u_log_ptr,
-    decay_log_ptr,
-    length_ptr,
-    ws_ptr,
-    scale,
-    stride_qb,
-    stride_qh,
-    stride_kb,
-    stride_kh,
-    stride_vb,
-    stride_vh,
-    stride_gb,
-    stride_gh,
-    stride_betab,
-    stride_betah,
-    HK: tl.constexpr,
-    HV: tl.constexpr,
-    G: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    C: tl.constexpr,
-    BK: tl.constexpr,
-    BV: tl.constexpr,
-    BC: tl.constexpr,
-    BH: tl.constexpr,
-    NV: tl.constexpr,
-    WS: tl.constexpr,
-    STATE_V_FIRST: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
-    COEF_LOOP: tl.constexpr,
-    ROW_SYNC: tl.constexpr,
-):
-    """The whole step in one launch. Per (row, value head, value tile): normalise q and k, read the base tile, form
-    the replay coefficients of the live log itself, write o, then append (slot L of u_log; the tile-0 program also
-    slot L of decay_log, and of k_log for the first value head of its key head) or write the merged tile.
-
-    The row's ``length`` and ``log_decay`` are read by every program of the row, so they are written by the last
-    program of the row to finish: each program counts itself in the row's counter (workspace slot ``WS - 1``, an
-    acq_rel atomic after its reads), and the one that completes the count writes them and resets the counter to 0."""
-    pid = tl.program_id(0).to(tl.int64)
-    i_v = pid % NV
-    i_bh = pid // NV
-    i_hv = i_bh % HV
-    i_b = i_bh // HV
-    i_hk = i_hv // G
-    bh = i_b * HV + i_hv
-    offs_k = tl.arange(0, BK)
-    mask_k = offs_k < K
-    offs_v = i_v * BV + tl.arange(0, BV)
-    mask_v = offs_v < V
-
-    # loads that do not depend on the phase first: q, k, the base tile
-    b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    if STATE_V_FIRST:
-        p_h = base_ptr + (bh * V + offs_v)[:, None] * K + offs_k[None, :]  # [BV, BK]
-        mask_h = mask_v[:, None] & mask_k[None, :]
-    else:
-        p_h = base_ptr + bh * (K * V) + offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
-        mask_h = mask_k[:, None] & mask_v[None, :]
-    b_h = tl.load(p_h, mask=mask_h, other=0.0)
-    L = tl.load(length_ptr + i_b).to(tl.int32)
-    ell = tl.load(log_decay_ptr + bh)
-    g_t = tl.maximum(tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh).to(tl.float32), -104.0)  # LOG_DECAY_FLOOR
-    if USE_QK_L2NORM:
-        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
-        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
-    b_q = b_q * scale
-    qk = tl.sum(b_q * b_k, axis=0)
-    is_merge = L >= C
-    a = tl.exp(ell + g_t)
-    if STATE_V_FIRST:
-        s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
-        s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
-    else:
-        s_k = a * tl.sum(b_h * b_k[:, None], axis=0)
-        s_q = a * tl.sum(b_h * b_q[:, None], axis=0)
-    if C > 0:
-        offs_c = tl.arange(0, BC)
-        live = (offs_c < L) & (offs_c < C)
-        p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K)
-        p_dl = decay_log_ptr + bh * C
-        # w_i = exp(ℓ̄' − Λ_i) = exp(g_t + Σ_{j>i} λ_j) (kernels.common.later_decay_sums), exponents ≤ 0
-        lam_next = tl.load(p_dl + offs_c + 1, mask=live & (offs_c + 1 < L) & (offs_c + 1 < C), other=0.0)
-        w = tl.where(live, tl.exp(tl.cumsum(lam_next, axis=0, reverse=True) + g_t), 0.0)  # [BC]
-        if COEF_LOOP:  # one key row at a time (fewer registers live next to the base tile)
-            wk = tl.zeros([BC], dtype=tl.float32)
-            wq = tl.zeros([BC], dtype=tl.float32)
-            for c in tl.static_range(C):
-                k_c = tl.load(p_kl + c * K + offs_k, mask=mask_k & (offs_k * 0 + c < L), other=0.0)
-                wk = tl.where(offs_c == c, tl.sum(k_c * b_k, axis=0), wk)
-                wq = tl.where(offs_c == c, tl.sum(k_c * b_q, axis=0), wq)
-            wk = w * wk
-            wq = w * wq
-        else:
-            b_kl = tl.load(p_kl + offs_c[:, None] * K + offs_k[None, :], mask=live[:, None] & mask_k[None, :],
-                           other=0.0)  # [BC, BK], live entries only
-            wk = w * tl.sum(b_kl * b_k[None, :], axis=1)  # w_i (k̂·K_i)
-            wq = w * tl.sum(b_kl * b_q[None, :], axis=1)  # w_i (q̂·K_i)
-        p_ul = u_log_ptr + bh * (C * V)
-        b_u = tl.load(p_ul + offs_c[:, None] * V + offs_v[None, :], mask=live[:, None] & mask_v[None, :],
-                      other=0.0)  # [BC, BV]
-        s_k += tl.sum(wk[:, None] * b_u, axis=0)
-        s_q += tl.sum(wq[:, None] * b_u, axis=0)
-
-    b_v = tl.load(v_ptr + i_b * stride_vb + i_hv * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-    b_beta = tl.load(beta_ptr + i_b * stride_betab + i_hv * stride_betah).to(tl.float32)
-    b_u_new = b_beta * (b_v - s_k)  # u = β (v − S'ᵀk̂)
-    tl.store(o_ptr + bh * V + offs_v, (s_q + qk * b_u_new).to(o_ptr.dtype.element_ty), mask=mask_v)
-
-    if is_merge:
-        if STATE_V_FIRST:
-            b_s = a * b_h + b_u_new[:, None] * b_k[None, :]
-        else:
-            b_s = a * b_h + b_k[:, None] * b_u_new[None, :]
-        if C > 0:
-            # every slot is live (L ≥ C): C exact fp32 rank-1 updates, oldest first, loads one entry ahead
-            k_n = tl.load(p_kl + offs_k, mask=mask_k, other=0.0)
-            u_n = tl.load(p_ul + offs_v, mask=mask_v, other=0.0)
-            for i in range(C):
-                k_i = k_n
-                u_i = tl.sum(tl.where(offs_c == i, w, 0.0), axis=0) * u_n  # w_i U_i (adding zeros is exact)
-                j = tl.minimum(i + 1, C - 1)  # the last pass reloads entry C - 1 (in bounds, unused)
-                k_n = tl.load(p_kl + j * K + offs_k, mask=mask_k, other=0.0)
-                u_n = tl.load(p_ul + j * V + offs_v, mask=mask_v, other=0.0)
-                if STATE_V_FIRST:
-                    b_s += u_i[:, None] * k_i[None, :]
-                else:
-                    b_s += k_i[:, None] * u_i[None, :]
-        tl.store(p_h, b_s, mask=mask_h)
-    else:
-        if C > 0:
-            if L >= 0:  # a length outside [0, C] appends nothing; slot L is read by no program of this launch
-                tl.store(p_ul + L * V + offs_v, b_u_new, mask=mask_v)
-                if i_v == 0:
-                    tl.store(p_dl + L, g_t)  # the entry's own log-decay
-                    if i_hv % G == 0:  # one writer per key head
-                        tl.store(p_kl + L * K + offs_k, b_k, mask=mask_k)
-    # row epilogue: the last of the row's HV·NV programs writes its length and cumulative log-decays
-    if ROW_SYNC == 2:  # timing experiment only: no count, a fixed program writes (races with the row's readers)
-        last = (i_hv == 0) & (i_v == 0)
-    else:
-        if ROW_SYNC == 1:
-            # relaxed, but its operand depends on L, so it cannot be issued before this program's read of L returned
-            n_done = tl.atomic_add(ws_ptr + i_b * WS + WS - 1, tl.where(L < -(2**30), 2.0, 1.0), sem="relaxed")
-        else:
-            n_done = tl.atomic_add(ws_ptr + i_b * WS + WS - 1, 1.0, sem="acq_rel")
-        last = n_done == HV * NV - 1
-    if last:
-        offs_h = tl.arange(0, BH)
-        mask_hh = offs_h < HV
-        ell_h = tl.load(log_decay_ptr + i_b * HV + offs_h, mask=mask_hh, other=0.0)
-        g_h = tl.load(g_ptr + i_b * stride_gb + offs_h * stride_gh, mask=mask_hh, other=0.0).to(tl.float32)
-        ell_h = tl.where(is_merge, 0.0, ell_h + tl.maximum(g_h, -104.0))
-        tl.store(log_decay_ptr + i_b * HV + offs_h, ell_h, mask=mask_hh)
-        tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
-        tl.store(ws_ptr + i_b * WS + WS - 1, 0.0)
-
-
-_COEF_LOOP = bool(int(__import__("os").environ.get("HF_DELTALOG_COEF_LOOP", "0")))  # experiment switch
-_ROW_SYNC = int(__import__("os").environ.get("HF_DELTALOG_ROW_SYNC", "0"))  # experiment: 0 acq_rel, 1 relaxed, 2 none
-
-
 def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
 def workspace_size(Hk: int, HV: int, K: int, C: int) -> int:
     """fp32 elements of one row's workspace: q̂ and k̂ per key head, ``(a, q̂·k̂, w·k̂K, w·q̂K, w)`` per value head,
-    the phase (two-launch path), and the count of the row's finished programs (single-launch path; 0 between
-    calls)."""
-    return 2 * Hk * K + HV * (3 * C + 2) + 2
+    and the phase."""
+    return 2 * Hk * K + HV * (3 * C + 2) + 1
 
 
 def deltalog_gdn_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
-    """The scratch buffer :func:`fused_deltalog_gdn_decode` needs: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 2]``, zeros.
+    """The scratch buffer :func:`fused_deltalog_gdn_decode` needs: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 1]``.
 
-    Allocate it once per cache layer (a stable address for CUDA graphs). Its last column counts the programs of a
-    single-launch step and is 0 again when the call returns; the rest is scratch.
+    Its content between calls does not matter; allocate it once per cache layer (a stable address for CUDA graphs).
     """
     return torch.zeros(B, workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
 
@@ -520,10 +344,6 @@ class LaunchConfig(NamedTuple):
         raw_qk: the decode kernel loads the raw q, k activations and normalises them itself instead of re-reading
             the fp32 q̂, k̂ the prepare kernel wrote (half the bytes in bf16).
         prepare_warps: warps per prepare program (one per row and key head).
-        single_launch: do the whole step in one launch (``_deltalog_gdn_step_kernel``: every decode program forms
-            its head's replay coefficients itself; no prepare kernel, no workspace traffic); needs
-            ``heads_per_program = 1`` and always normalises the raw q, k (``raw_qk`` and ``prepare_warps`` are
-            then unused).
     """
 
     block_v: int
@@ -531,7 +351,6 @@ class LaunchConfig(NamedTuple):
     heads_per_program: int
     raw_qk: bool
     prepare_warps: int
-    single_launch: bool = False
 
 
 def default_launch_config(B: int, Hk: int, HV: int, K: int, V: int, C: int) -> LaunchConfig:
@@ -548,7 +367,7 @@ def default_launch_config(B: int, Hk: int, HV: int, K: int, V: int, C: int) -> L
 
 
 def _resolve_launch(B: int, Hk: int, HV: int, K: int, V: int, C: int, block_v: int, num_warps: int,
-                    heads_per_program: int, raw_qk: int, prepare_warps: int, single_launch: int = -1) -> LaunchConfig:
+                    heads_per_program: int, raw_qk: int, prepare_warps: int) -> LaunchConfig:
     """The defaults with the caller's overrides (0 or -1 = keep the default) applied."""
     d = default_launch_config(B, Hk, HV, K, V, C)
     return LaunchConfig(
@@ -557,7 +376,6 @@ def _resolve_launch(B: int, Hk: int, HV: int, K: int, V: int, C: int, block_v: i
         heads_per_program if heads_per_program > 0 else d.heads_per_program,
         bool(raw_qk) if raw_qk >= 0 else d.raw_qk,
         prepare_warps if prepare_warps > 0 else d.prepare_warps,
-        bool(single_launch) if single_launch >= 0 else d.single_launch,
     )
 
 
@@ -644,33 +462,19 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
 
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
-            state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, single_launch, wrap,
-            pdl=False):
+            state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap, pdl=False):
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
     o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
     if B == 0:
         return o
-    cfg = _resolve_launch(B, Hk, HV, K, V, C, block_v, num_warps, heads_per_program, raw_qk, prepare_warps,
-                          single_launch)
+    cfg = _resolve_launch(B, Hk, HV, K, V, C, block_v, num_warps, heads_per_program, raw_qk, prepare_warps)
     BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), cfg.block_v
     NV = triton.cdiv(V, BV)
     WS = workspace_size(Hk, HV, K, C)
     # Without a log the log pointers are never dereferenced; pass the base so the kernels see valid pointers.
     kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
-    if cfg.single_launch:
-        if cfg.heads_per_program != 1:
-            raise ValueError(f"single_launch needs heads_per_program = 1; got {cfg.heads_per_program}")
-        wrap(_deltalog_gdn_step_kernel)[(B * HV * NV,)](
-            q, k, v, g, beta, o, base, log_decay, kl, ul, dl, length, workspace, scale,
-            q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), g.stride(0), g.stride(2),
-            beta.stride(0), beta.stride(2),
-            HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, BH=_next_pow2(HV), NV=NV, WS=WS,
-            STATE_V_FIRST=state_v_first, USE_QK_L2NORM=use_qk_l2norm, COEF_LOOP=_COEF_LOOP, ROW_SYNC=_ROW_SYNC,
-            num_warps=cfg.num_warps, **decode_register_cap(C, cfg.num_warps, BK * BV),
-        )
-        return o
     wrap(_deltalog_gdn_prepare_kernel)[(B * Hk,)](
         q, k, g, log_decay, kl, dl, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
@@ -712,11 +516,10 @@ def _op_body(
     heads_per_program: int,
     raw_qk: int,
     prepare_warps: int,
-    single_launch: int,
 ) -> torch.Tensor:
     return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
                    use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, heads_per_program, raw_qk,
-                   prepare_warps, single_launch, wrap_triton)
+                   prepare_warps, wrap_triton)
 
 
 _fused_deltalog_gdn_decode_op = register_decode_op(
@@ -746,7 +549,6 @@ def fused_deltalog_gdn_decode(
     heads_per_program: int | None = None,
     raw_qk: bool | None = None,
     prepare_warps: int | None = None,
-    single_launch: bool | None = None,
     use_custom_op: bool = True,
     _pdl: bool = False,
 ) -> torch.Tensor:
@@ -801,8 +603,7 @@ def fused_deltalog_gdn_decode(
     scale = float(K**-0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
             bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v or 0), int(num_warps or 0),
-            int(heads_per_program or 0), -1 if raw_qk is None else int(bool(raw_qk)), int(prepare_warps or 0),
-            -1 if single_launch is None else int(bool(single_launch)))
+            int(heads_per_program or 0), -1 if raw_qk is None else int(bool(raw_qk)), int(prepare_warps or 0))
     if _pdl and (use_custom_op or q.device.type != "cuda"):
         raise ValueError("_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device")
     with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
