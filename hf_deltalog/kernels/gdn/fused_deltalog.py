@@ -315,142 +315,6 @@ def _deltalog_gdn_decode_kernel(
         tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
 
 
-@triton.jit
-def _deltalog_gdn_decode_chunk_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    beta_ptr,
-    o_ptr,
-    base_ptr,
-    k_log_ptr,
-    u_log_ptr,
-    length_ptr,
-    ws_ptr,
-    scale,
-    stride_qb,
-    stride_qh,
-    stride_kb,
-    stride_kh,
-    stride_vb,
-    stride_vh,
-    stride_betab,
-    stride_betah,
-    HK: tl.constexpr,
-    HV: tl.constexpr,
-    G: tl.constexpr,
-    K: tl.constexpr,
-    V: tl.constexpr,
-    C: tl.constexpr,
-    BK: tl.constexpr,
-    BV: tl.constexpr,
-    BC: tl.constexpr,
-    TPP: tl.constexpr,
-    NCH: tl.constexpr,
-    WS: tl.constexpr,
-    STATE_V_FIRST: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
-):
-    """Per (row, value head, chunk of TPP value tiles): the decode kernel's work for TPP ``[BV, BK]`` tiles in
-    sequence, each tile's base load issued one tile ahead, and the key-side work (q̂, k̂, the coefficients) done once
-    per chunk."""
-    pid = tl.program_id(0).to(tl.int64)
-    i_ch = pid % NCH
-    i_bh = pid // NCH
-    i_hv = i_bh % HV
-    i_b = i_bh // HV
-    i_hk = i_hv // G
-    bh = i_b * HV + i_hv
-    ws = ws_ptr + i_b * WS
-    offs_k = tl.arange(0, BK)
-    mask_k = offs_k < K
-    offs_t = tl.arange(0, BV)
-    v0 = i_ch * (TPP * BV)
-    if STATE_V_FIRST:
-        p_h0 = base_ptr + (bh * V + v0 + offs_t)[:, None] * K + offs_k[None, :]  # [BV, BK], tile 0 of the chunk
-        m_h0 = (v0 + offs_t < V)[:, None] & mask_k[None, :]
-    else:
-        p_h0 = base_ptr + bh * (K * V) + offs_k[:, None] * V + (v0 + offs_t)[None, :]  # [BK, BV]
-        m_h0 = mask_k[:, None] & (v0 + offs_t < V)[None, :]
-    h_next = tl.load(p_h0, mask=m_h0, other=0.0)
-    b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    if USE_QK_L2NORM:
-        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
-        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
-    b_q = b_q * scale
-    L = tl.load(ws + WS - 1).to(tl.int32)
-    is_merge = L >= C
-    p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)
-    a = tl.load(p_ws)
-    qk = tl.load(ws + 2 * HK * K + i_hk * G * (3 * C + 2) + 1)
-    b_beta = tl.load(beta_ptr + i_b * stride_betab + i_hv * stride_betah).to(tl.float32)
-    if C > 0:
-        offs_c = tl.arange(0, BC)
-        live = (offs_c < L) & (offs_c < C)
-        wk = tl.load(p_ws + 2 + offs_c, mask=live, other=0.0)  # [BC]
-        wq = tl.load(p_ws + 2 + C + offs_c, mask=live, other=0.0)
-    for t in tl.static_range(TPP):
-        b_h = h_next
-        if t + 1 < TPP:  # the next tile's base load, in flight during this tile's work
-            if STATE_V_FIRST:
-                h_next = tl.load(p_h0 + (t + 1) * BV * K, mask=(v0 + (t + 1) * BV + offs_t < V)[:, None] & mask_k[None, :],
-                                 other=0.0)
-            else:
-                h_next = tl.load(p_h0 + (t + 1) * BV, mask=mask_k[:, None] & (v0 + (t + 1) * BV + offs_t < V)[None, :],
-                                 other=0.0)
-        offs_v = v0 + t * BV + offs_t
-        mask_v = offs_v < V
-        if STATE_V_FIRST:
-            p_h = p_h0 + t * BV * K
-            mask_h = mask_v[:, None] & mask_k[None, :]
-            s_k = a * tl.sum(b_h * b_k[None, :], axis=1)
-            s_q = a * tl.sum(b_h * b_q[None, :], axis=1)
-        else:
-            p_h = p_h0 + t * BV
-            mask_h = mask_k[:, None] & mask_v[None, :]
-            s_k = a * tl.sum(b_h * b_k[:, None], axis=0)
-            s_q = a * tl.sum(b_h * b_q[:, None], axis=0)
-        if C > 0:
-            b_u = tl.load(u_log_ptr + (bh * C + offs_c[:, None]) * V + offs_v[None, :],
-                          mask=live[:, None] & mask_v[None, :], other=0.0)  # [BC, BV]
-            s_k += tl.sum(wk[:, None] * b_u, axis=0)
-            s_q += tl.sum(wq[:, None] * b_u, axis=0)
-        b_v = tl.load(v_ptr + i_b * stride_vb + i_hv * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-        b_u_new = b_beta * (b_v - s_k)
-        tl.store(o_ptr + bh * V + offs_v, (s_q + qk * b_u_new).to(o_ptr.dtype.element_ty), mask=mask_v)
-        if is_merge:
-            if STATE_V_FIRST:
-                b_s = a * b_h + b_u_new[:, None] * b_k[None, :]
-            else:
-                b_s = a * b_h + b_k[:, None] * b_u_new[None, :]
-            if C > 0:
-                p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_k
-                p_ul = u_log_ptr + bh * (C * V) + offs_v
-                w_n = tl.load(p_ws + 2 + 2 * C)
-                k_n = tl.load(p_kl, mask=mask_k, other=0.0)
-                u_n = tl.load(p_ul, mask=mask_v, other=0.0)
-                for i in range(C):
-                    w_i = w_n
-                    k_i = k_n
-                    u_i = w_i * u_n
-                    j = tl.minimum(i + 1, C - 1)
-                    w_n = tl.load(p_ws + 2 + 2 * C + j)
-                    k_n = tl.load(p_kl + j * K, mask=mask_k, other=0.0)
-                    u_n = tl.load(p_ul + j * V, mask=mask_v, other=0.0)
-                    if STATE_V_FIRST:
-                        b_s += u_i[:, None] * k_i[None, :]
-                    else:
-                        b_s += k_i[:, None] * u_i[None, :]
-            tl.store(p_h, b_s, mask=mask_h)
-        else:
-            if C > 0:
-                if L >= 0:
-                    tl.store(u_log_ptr + (bh * C + L) * V + offs_v, b_u_new, mask=mask_v)
-    if (i_hv == 0) & (i_ch == 0):
-        tl.store(length_ptr + i_b, tl.where(is_merge, 0, L + 1).to(length_ptr.dtype.element_ty))
-
-
 def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
@@ -598,8 +462,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
 
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
-            state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap, pdl=False, tpp=1,
-            tpp_maxnreg=0):
+            state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap, pdl=False):
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
@@ -618,16 +481,6 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, BG=_next_pow2(HV // Hk), WS=WS, USE_QK_L2NORM=use_qk_l2norm,
         STORE_QK=not cfg.raw_qk, USE_PDL=pdl, num_warps=cfg.prepare_warps,
     )
-    if tpp > 1 and cfg.heads_per_program == 1 and cfg.raw_qk and NV % tpp == 0:
-        wrap(_deltalog_gdn_decode_chunk_kernel)[(B * HV * (NV // tpp),)](
-            q, k, v, beta, o, base, kl, ul, length, workspace, scale,
-            q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), beta.stride(0),
-            beta.stride(2),
-            HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, TPP=tpp, NCH=NV // tpp, WS=WS,
-            STATE_V_FIRST=state_v_first, USE_QK_L2NORM=use_qk_l2norm, num_warps=cfg.num_warps,
-            **({"maxnreg": tpp_maxnreg} if tpp_maxnreg else {}),
-        )
-        return o
     wrap(_deltalog_gdn_decode_kernel)[(B * (HV // cfg.heads_per_program) * NV,)](
         q, k, v, beta, o, base, kl, ul, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
@@ -698,8 +551,6 @@ def fused_deltalog_gdn_decode(
     prepare_warps: int | None = None,
     use_custom_op: bool = True,
     _pdl: bool = False,
-    _tpp: int = 1,
-    _tpp_maxnreg: int = 0,
 ) -> torch.Tensor:
     """One DeltaLog GDN decode step for every row (two kernel launches, no host sync; buffers updated in place).
 
@@ -758,4 +609,4 @@ def fused_deltalog_gdn_decode(
     with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
         if use_custom_op:
             return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
-        return _launch(*args, lambda kernel: kernel, pdl=_pdl, tpp=_tpp, tpp_maxnreg=_tpp_maxnreg)
+        return _launch(*args, lambda kernel: kernel, pdl=_pdl)
