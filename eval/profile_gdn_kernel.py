@@ -19,6 +19,7 @@ def main() -> None:
     p.add_argument("--state-v-first", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--block-v", type=int, default=None)
     p.add_argument("--num-warps", type=int, default=None)
+    p.add_argument("--prepare-warps", type=int, default=None)
     a = p.parse_args()
     B, Hk, HV, K, V, C = a.batch, 16, 32, 128, 128, a.merge_interval - 1
     dev, bf = "cuda", torch.bfloat16
@@ -35,7 +36,8 @@ def main() -> None:
     for L in (3, C):  # one append step, one merge step
         bufs["length"].fill_(L)
         fused_deltalog_gdn_decode(q, k, v, g, beta, *bufs.values(), workspace, state_v_first=a.state_v_first,
-                                  block_v=a.block_v, num_warps=a.num_warps, use_custom_op=False)
+                                  block_v=a.block_v, num_warps=a.num_warps,
+                                  prepare_warps=a.prepare_warps, use_custom_op=False)
     torch.cuda.synchronize()
 
 
