@@ -10,8 +10,9 @@ Math (:mod:`hf_deltalog.kernels.kda.naive`, the executable specification; transf
 then append ``(k̂, u, g_t)`` at slot ``L`` (``L < C``) or merge ``a ⊙ base + Σ_i (exp(ℓ̄' − Λ_i) ⊙ K_i) U_iᵀ + k̂ uᵀ``
 into the base (``L = C``). The log keeps each entry's own log-decay ``λ_i``, and ``ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j`` is
 summed from the newest entry backwards (as ``kernels.common.later_decay_sums``), never as a difference of running
-sums; every exponent is ≤ 0 for ``g ≤ 0``. On a merge row the prepare kernel writes these exponents into the decay
-slots, which the merge makes stale, and the decode kernel's merge reads one exponent per entry.
+sums; every exponent is ≤ 0 for ``g ≤ 0``. On a merge row the prepare kernel writes the decayed keys
+``exp(ℓ̄' − Λ_i) ⊙ K_i`` into the decay slots, which the merge makes stale, and the decode kernel's merge reads one
+decayed key per entry (formed once per head, not once per value tile).
 
 Organisation (as the GDN kernels, :mod:`hf_deltalog.kernels.gdn.fused_deltalog`):
 
@@ -108,8 +109,9 @@ def _deltalog_kda_prepare_kernel(
                 tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, g_t, mask=mask_k)  # own log-decay
             if L >= C:
                 # Merge row: every slot is live and stale once the merge resets the length, so the slots take the
-                # merge's exponents ℓ̄' − Λ_i (the decode kernel reads them back, with no running sum)
-                tl.store(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], later,
+                # merge's decayed keys exp(ℓ̄' − Λ_i) ⊙ K_i, formed here once per head (the decode kernel's programs
+                # read them back instead of each exponentiating the exponents and re-reading the keys)
+                tl.store(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], decayed,
                          mask=mask_c[:, None] & mask_k[None, :])
         tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
 
@@ -183,9 +185,8 @@ def _deltalog_kda_decode_kernel(
         else:
             b_s = b_h * tl.exp(ell)[:, None] + b_k[:, None] * b_u_new[None, :]
         for i in range(C):  # merge rows have every slot live (L ≥ C)
-            k_i = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
-            # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
-            k_i = tl.exp(tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)) * k_i
+            # slot i holds exp(ℓ̄' − Λ_i) ⊙ K_i on a merge row (written by the prepare kernel)
+            k_i = tl.load(decay_log_ptr + i_bh * (C * K) + i * K + offs_k, mask=mask_k, other=0.0)
             u_i = tl.load(u_log_ptr + i_bh * (C * V) + i * V + offs_v, mask=mask_v, other=0.0)
             if STATE_V_FIRST:
                 b_s += u_i[:, None] * k_i[None, :]
@@ -338,7 +339,7 @@ def fused_deltalog_kda_decode(
         k_log: fp32 ``[B, Hk, C, K]``; u_log: fp32 ``[B, HV, C, V]``; decay_log: fp32 ``[B, HV, C, K]``;
         length: int32/int64 ``[B]``; workspace: :func:`deltalog_kda_workspace`. All mutated in place. Only the live
         slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that merge's
-        exponents ``ℓ̄' − Λ_i`` (the kernels' scratch), not the entries' log-decays.
+        decayed keys ``exp(ℓ̄' − Λ_i) ⊙ K_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps.
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_kda_decode`` (declares its mutations,
             so ``torch.compile`` traces it without a graph break); False launches the kernels directly.

@@ -10,8 +10,8 @@ then ``ℓ̄' = ℓ̄ + w`` and the row appends ``(k, v, w)`` (``L < C``) or mer
 ⊙ k_i) v_iᵀ + k vᵀ`` into the base (``L = C``). No delta-rule correction: nothing depends on the state but ``o``. The
 log keeps each entry's own log-decay ``λ_i``; ``ℓ̄ − Λ_i = Σ_{j>i} λ_j`` is summed from the newest entry backwards (as
 ``kernels.common.later_decay_sums``), never as a difference of running sums. On a merge row the prepare kernel writes
-the merge's exponents ``ℓ̄' − Λ_i`` into the decay slots, which the merge makes stale, and the decode kernel's merge
-reads one exponent per entry.
+the merge's decayed keys ``exp(ℓ̄' − Λ_i) ⊙ k_i`` into the decay slots, which the merge makes stale, and the decode
+kernel's merge reads one decayed key per entry (formed once per head, not once per value tile).
 
 1. ``_deltalog_rwkv6_prepare_kernel``, grid ``B · H``: forms ``exp(ℓ̄) ⊙ r̃``, the replay coefficients and the bonus
    once per head, advances ``log_decay``, appends ``k``, ``v`` and ``w`` (append rows), and writes the workspace.
@@ -97,9 +97,10 @@ def _deltalog_rwkv6_prepare_kernel(
             tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, b_w, mask=mask_k)  # the own log-decay
         if L >= C:
             # Merge row: every slot is live and stale once the merge resets the length, so the slots take the
-            # merge's exponents ℓ̄' − Λ_i = w_t + Σ_{j>i} λ_j (the decode kernel reads them back, with no running sum)
-            tl.store(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], later + b_w[None, :],
-                     mask=mask_c[:, None] & mask_k[None, :])
+            # merge's decayed keys exp(ℓ̄' − Λ_i) ⊙ k_i with ℓ̄' − Λ_i = w_t + Σ_{j>i} λ_j, formed here once per head
+            # (the decode kernel's programs read them back instead of each exponentiating and re-reading the keys)
+            tl.store(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :],
+                     tl.exp(later + b_w[None, :]) * b_kl, mask=mask_c[:, None] & mask_k[None, :])
     tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell + b_w), mask=mask_k)
 
 
@@ -154,18 +155,15 @@ def _deltalog_rwkv6_decode_kernel(
         # Merge rows have every slot live (L ≥ C). The loads run one entry ahead, so that each entry's round trip
         # overlaps the previous entry's products instead of following them.
         if C > 0:
-            p_kl = k_log_ptr + i_bh * (C * K) + offs_k
+            # slot i of the decay log holds exp(ℓ̄' − Λ_i) ⊙ k_i on a merge row (written by the prepare kernel)
             p_dl = decay_log_ptr + i_bh * (C * K) + offs_k
             p_vl = v_log_ptr + i_bh * (C * V) + offs_v
-            k_n = tl.load(p_kl, mask=mask_k, other=0.0).to(tl.float32)
             d_n = tl.load(p_dl, mask=mask_k, other=0.0)
             v_n = tl.load(p_vl, mask=mask_v, other=0.0).to(tl.float32)
             for i in range(C):
-                # slot i holds ℓ̄' − Λ_i on a merge row (written by the prepare kernel)
-                k_i = tl.exp(d_n) * k_n
+                k_i = d_n
                 v_i = v_n
                 j = tl.minimum(i + 1, C - 1)  # the last pass reloads entry C - 1 (in bounds, unused)
-                k_n = tl.load(p_kl + j * K, mask=mask_k, other=0.0).to(tl.float32)
                 d_n = tl.load(p_dl + j * K, mask=mask_k, other=0.0)
                 v_n = tl.load(p_vl + j * V, mask=mask_v, other=0.0).to(tl.float32)
                 if STATE_V_FIRST:
@@ -305,7 +303,7 @@ def fused_deltalog_rwkv6_decode(
         k_log ``[B, H, C, K]`` and v_log ``[B, H, C, V]`` in any float dtype (the activation dtype is lossless);
         decay_log: fp32 ``[B, H, C, K]``; length: int32/int64 ``[B]``; workspace: :func:`deltalog_rwkv6_workspace`.
         Only the live slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that
-        merge's exponents ``ℓ̄' − Λ_i`` (the kernels' scratch), not the entries' log-decays.
+        merge's decayed keys ``exp(ℓ̄' − Λ_i) ⊙ k_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5`` (FLA's RWKV6 layer passes 1.0).
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode`` (declares its
             mutations, so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
