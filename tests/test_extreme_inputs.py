@@ -119,8 +119,8 @@ def test_length_outside_the_log_writes_nothing(op):
 @pytest.mark.parametrize("op", list(CASES))
 def test_length_above_the_log_merges_like_the_reference(op):
     """A length above C (a caller's bug) makes the row a merge of its C entries, in the kernel as in the reference:
-    same output, same base, length reset to 0 (the KDA / RWKV6 kernels hand the merge its exponents through the decay
-    slots on every merge row, L ≥ C, not only at L = C)."""
+    same output, same base, length reset to 0 (the KDA / RWKV6 kernels hand the merge its decayed keys through the
+    decay slots on every merge row, L ≥ C, not only at L = C)."""
     x, log, _, _, naive, _, kernel, ws = CASES[op](torch.Generator().manual_seed(3))
     base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(4))
     ref_base, ker_base = base.clone(), base.clone()

@@ -65,7 +65,19 @@ OUT_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=
     (9, False, torch.float16, [8, 4, 0]),
 ])
 def test_stepwise_matches_naive(M, v_first, dtype, lengths):
-    B, Hk, HV, K, V = 3, 2, 2, 16, 8
+    run_stepwise(M, v_first, dtype, lengths, B=3, Hk=2, HV=2, K=16, V=8)
+
+
+@pytest.mark.parametrize("M,v_first,lengths", [(4, True, [3, 0, 2]), (3, False, [2, 1, 0])])
+def test_stepwise_gqa_uneven_dims(M, v_first, lengths):
+    """GQA (G = 2: the merge's decayed keys are per value head, the key log per key head), K not a power of two (the
+    masked key channels of every load and store) and V = 20 (three value tiles, the last one partial)."""
+    run_stepwise(M, v_first, torch.float32, lengths, B=3, Hk=2, HV=4, K=12, V=20)
+
+
+def run_stepwise(M, v_first, dtype, lengths, B, Hk, HV, K, V):
+    """2M + 1 steps of the kernel and the naive reference from the same state: outputs and every buffer (live slots
+    of the decay log) after each step."""
     ref = make_state(B, Hk, HV, K, V, M, lengths, seed=1)
     ours = to_layout([t.clone() for t in ref], v_first)
     ws = deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu").fill_(float("nan"))

@@ -64,7 +64,20 @@ OUT_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=
     (9, False, torch.float16, [8, 4, 0]),
 ])
 def test_stepwise_matches_naive(M, v_first, dtype, lengths):
-    B, H, K, V = 3, 2, 16, 8
+    run_stepwise(M, v_first, dtype, lengths, B=3, H=2, K=16, V=8)
+
+
+@pytest.mark.parametrize("M,v_first,dtype,lengths", [(4, True, torch.float32, [3, 0, 2]),
+                                                     (3, False, torch.bfloat16, [2, 1, 0])])
+def test_stepwise_uneven_dims(M, v_first, dtype, lengths):
+    """K not a power of two (the masked key channels of every load and store, the merge's decayed keys included) and
+    V = 20 (three value tiles, the last one partial)."""
+    run_stepwise(M, v_first, dtype, lengths, B=3, H=2, K=12, V=20)
+
+
+def run_stepwise(M, v_first, dtype, lengths, B, H, K, V):
+    """2M + 1 steps of the kernel and the naive reference from the same state: outputs and every buffer (live slots
+    of the decay log) after each step."""
     factor_dtype = torch.float32 if dtype == torch.float32 else dtype  # factors in the activation dtype
     ref = make_state(B, H, K, V, M, lengths, seed=1, factor_dtype=factor_dtype)
     ours = [t.clone() for t in ref]
