@@ -9,6 +9,9 @@ Per linear-attention layer (shapes with named dims; ``C = M − 1`` log slots, `
     decay_log  [B, HV, C]    fp32   each entry's own log-decay λ_i ([B, HV, C, K] for KDA); ℓ̄ − Λ_i = Σ_{j>i} λ_j
     length     [B]           int32  live entries L per row (a device tensor; never read on the decode path)
 
+Only the live slots (``i < L``) of the three logs are state; the slots at or past ``L`` are scratch (the Triton
+kernels leave a merge's decayed keys in the stale KDA decay slots) and nothing reads them.
+
 The logical state is ``S = exp(ℓ̄)·base + Σ_{i<L} exp(ℓ̄ − Λ_i) K_i U_iᵀ`` (seed paper, Eq. 7; see
 :mod:`hf_deltalog.kernels.gdn.naive`). One-token decode steps append an entry, or merge the log into the base when
 it is full; prefill, chunked prefill and multi-token continuation run transformers' own recurrence on the

@@ -16,6 +16,9 @@ Per recurrent layer the dict's ``recurrent_state`` is a :class:`FLADeltaLogState
     decay_log  [B, HV, C] or [B, HV, C, K] fp32   each entry's own log-decay λ_i (ℓ̄ − Λ_i = Σ_{j>i} λ_j)
     length     [B] int32             live entries per row
 
+Only the live slots (``i < length``) of the logs are state; the slots past them are scratch (the Triton kernels leave
+a merge's decayed keys in the stale KDA / RWKV6 decay slots) and nothing reads them.
+
 The math of each operator is in :mod:`hf_deltalog.kernels.gdn.naive`, :mod:`hf_deltalog.kernels.kda.naive` and
 :mod:`hf_deltalog.kernels.rwkv6.naive`. Token-shift states (RWKV6 ``conv_state``/``ffn_state``, ``[B, hidden]``) and
 short-convolution states (GDN/KDA ``conv_state``, three ``[B, D, W]``) stay dense in the dict, as FLA keeps them.
