@@ -125,7 +125,7 @@ def _deltalog_kda_prepare_kernel(
 
 @triton.jit
 def _deltalog_kda_decode_kernel(
-    v_ptr, beta_ptr, o_ptr, base_ptr, k_log_ptr, u_log_ptr, decay_log_ptr, length_ptr, ws_ptr,
+    v_ptr, beta_ptr, o_ptr, base_ptr, u_log_ptr, decay_log_ptr, length_ptr, ws_ptr,
     stride_vb, stride_vh, stride_betab, stride_betah,
     HK: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, NV: tl.constexpr, WS: tl.constexpr,
@@ -283,7 +283,7 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         num_warps=1 if BK * BC <= 2048 else 4,
     )
     wrap(_deltalog_kda_decode_kernel)[(B * HV * NV,)](
-        v, beta, o, base, kl, ul, dl, length, workspace,
+        v, beta, o, base, ul, dl, length, workspace,
         v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS,
         STATE_V_FIRST=state_v_first, num_warps=num_warps,

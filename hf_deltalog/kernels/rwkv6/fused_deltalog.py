@@ -106,7 +106,7 @@ def _deltalog_rwkv6_prepare_kernel(
 
 @triton.jit
 def _deltalog_rwkv6_decode_kernel(
-    v_ptr, o_ptr, base_ptr, k_log_ptr, v_log_ptr, decay_log_ptr, length_ptr, ws_ptr, stride_vb, stride_vh,
+    v_ptr, o_ptr, base_ptr, v_log_ptr, decay_log_ptr, length_ptr, ws_ptr, stride_vb, stride_vh,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BC: tl.constexpr, NV: tl.constexpr, WS: tl.constexpr, STATE_V_FIRST: tl.constexpr,
 ):
@@ -251,7 +251,7 @@ def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, wor
         H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, num_warps=1 if BK * BC <= 2048 else 4,
     )
     wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
-        v, o, base, kl, vl, dl, length, workspace, v.stride(0), v.stride(2),
+        v, o, base, vl, dl, length, workspace, v.stride(0), v.stride(2),
         H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first, num_warps=num_warps,
         **decode_register_cap(C, num_warps, BK * BV),
     )
