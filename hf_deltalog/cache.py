@@ -531,6 +531,20 @@ class DeltaLogLayer(LinearAttentionLayer):
                 f"layer {self.layer_idx} has {self.number_of_states - 1} extra conv state(s) that only transformers' "
                 "past recording can roll back: call cache.activate_past_recording() before the tokens you may crop"
             )
+        # Windows rebuilt from past recording (all of them without crop_ring, the extra ones with it) are slices of
+        # the recorded columns: they must hold the cropped tokens and a whole window before them. Families whose
+        # decode step updates the conv state in place (KDA's) keep only the prefill's width, so this can fail.
+        for i in range(0 if not self.crop_ring else 1, self.number_of_states):
+            if self.is_conv_states_initialized[i]:
+                have, need = self.conv_states[i].shape[-1], tokens + self.conv_kernel_size[i]
+                if have < need:
+                    raise ValueError(
+                        f"cannot crop {tokens} tokens: layer {self.layer_idx}'s recorded conv state {i} holds "
+                        f"{have} columns, and rebuilding its window needs {need} (the cropped tokens and a window of "
+                        f"{self.conv_kernel_size[i]} before them; this model updates the conv state in place, so "
+                        "past recording keeps no more than the prefill's width). Build the cache with "
+                        "DeltaLogCache(..., crop_ring=True) to crop any token still in the log"
+                    )
 
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last ``-tokens_to_remove`` tokens (transformers' negative-count convention), exactly.

@@ -5,7 +5,7 @@ import pytest
 import torch
 import transformers
 from transformers import DynamicCache
-from utils import FAMILIES, GDN, family_config, max_abs, prompt_ids, rel_err, tiny_model
+from utils import FAMILIES, GDN, KDA_FAMILIES, family_config, max_abs, prompt_ids, rel_err, tiny_model
 
 from hf_deltalog import DeltaLogCache, DeltaLogLayer
 
@@ -339,6 +339,35 @@ def test_crop_without_conv_history_raises_and_changes_nothing():
     assert all(torch.equal(layer.conv_states[0], c) for layer, c in zip(cache.deltalog_layers, conv))
     assert all(layer.conv_ring is None for layer in cache.deltalog_layers)
     cache.crop(0)  # nothing to rebuild
+
+
+@pytest.mark.parametrize("family", KDA_FAMILIES)
+def test_crop_past_recorded_conv_window_too_short_raises_and_changes_nothing(family):
+    """KDA families update the conv state in place, so past recording keeps only the prefill's columns (8 here): a
+    crop whose window would start before them is refused untouched; the ring crops the same tokens exactly."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 8)
+    cache = DeltaLogCache(model, merge_interval=8)
+    cache.activate_past_recording()
+    decode(model, cache, forward(model, ids, cache), 5)  # 5 entries in the log
+    layer = cache.deltalog_layers[0]
+    W, have = layer.conv_kernel_size[0], layer.conv_states[0].shape[-1]
+    assert have == 8 and 5 + W > have  # the case under test: the recorded columns cannot hold the window
+    states = [cache.materialize(i) for i in (0, 2)]
+    conv = [lyr.conv_states[0].clone() for lyr in cache.deltalog_layers]
+    with pytest.raises(ValueError, match=rf"holds 8 columns, and rebuilding its window needs {5 + W}.*crop_ring=True"):
+        cache.crop(-5)
+    assert cache.get_seq_length() == 13 and all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
+    assert all(torch.equal(lyr.conv_states[0], c) for lyr, c in zip(cache.deltalog_layers, conv))
+    # The same crop with the ring, against a fresh cache fed the 8 kept tokens.
+    ring = DeltaLogCache(model, merge_interval=8, crop_ring=True)
+    first = forward(model, ids, ring)
+    decode(model, ring, first, 5)
+    ring.crop(-5)
+    ref = DeltaLogCache(model, merge_interval=8)
+    forward(model, ids, ref)
+    nxt = prompt_ids(2, 1, seed=7)
+    assert max_abs(forward(model, nxt, ring), forward(model, nxt, ref)) <= 1e-5
 
 
 def test_crop_beyond_the_log_raises_and_changes_nothing():
