@@ -3,7 +3,9 @@ usage.
 
 No GPU is needed: Triton compiles to a cubin for the target and ``cuobjdump --dump-resource-usage`` (shipped with
 Triton) reads registers, spills (local memory) and shared memory. Use it to check register pressure before spending
-GPU time.
+GPU time. The compile specialises the arguments as a launch of the benchmark shape does (aligned pointers, strides
+divisible by 16, unit strides constant) and uses this machine's Triton, which may differ from the GPU's: the
+profiler's reading on the GPU is the reference (eval/results/h200/NOTES.md).
 
     python eval/kernel_resources.py [--operator gdn|kda|rwkv6] [--configs "7,8,VK,1" "7,16,KV,2" ...]
                                     # each config: C, BV, layout, num_warps (the launch options of the kernels)
@@ -71,8 +73,17 @@ def usage(operator: str, kernel, C: int, BV: int, layout: str, num_warps: int, H
             signature[name] = "i32"
         else:
             signature[name] = "constexpr"
+    # Specialise as Triton's JIT does at a launch of the benchmark shape: every pointer 16-byte aligned (torch's
+    # allocations are) and every stride a multiple of 16, except the per-head strides of the [B, 1, H] gates (g,
+    # beta), which are 1 and become constants. Without these facts the compiler cannot vectorise the loads.
+    attrs = {}
+    for name in kernel.arg_names:
+        if name in ("stride_betah", "stride_gh"):
+            signature[name], consts[name] = "constexpr", 1
+        elif name.endswith("_ptr") or name.startswith("stride"):
+            attrs[(kernel.arg_names.index(name),)] = [["tt.divisibility", 16]]
     cap = {"maxnreg": MAXNREG} if MAXNREG and "decode" in kernel.__name__ else {}
-    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=consts),
+    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, **cap))
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
