@@ -24,6 +24,8 @@ def test_quickstart_runs_and_reports_positive_decode_times():
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
     assert "token agreement: 100.0% (identical)" in out, out
+    # what the layers ran, read from the cache after generate (on the CPU the PyTorch backend logs at M = 8)
+    assert "DeltaLog layers ran M = 8\n" in out, out
     times = re.search(r"decode ms per output token: default cache (\S+), DeltaLogCache (\S+)", out)
     assert times is not None, out
     assert all(float(t) > 0 for t in times.groups()), times.group(0)
