@@ -142,9 +142,16 @@ class GraphDecoder:
         their state across chunks). Returns the first generated token ``[B]``.
 
         Raises:
-            ValueError: the cache holds fewer than ``T + max_new_tokens`` slots, or a graph was captured for another
-                batch size.
+            ValueError: ``max_new_tokens`` is not an int of at least 1, the cache already holds tokens (call
+                ``cache.reset()`` first: prefill fills it from empty), the cache holds fewer than
+                ``T + max_new_tokens`` slots, or a graph was captured for another batch size.
         """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
+        held = int(self.cache.get_seq_length())  # one host read per prompt batch, never per step
+        if held:
+            raise ValueError(f"the cache already holds {held} tokens per row, and prefill fills it from empty: call "
+                             "cache.reset() before the next prompt batch (or build a new cache)")
         B, T = input_ids.shape
         if T + max_new_tokens > self.max_cache_len:
             raise ValueError(f"the cache holds {self.max_cache_len} tokens per row; the prompt ({T}) and "

@@ -170,6 +170,23 @@ def test_loop_refuses_steps_beyond_max_new_tokens():
     assert dec.sequences(3).shape == (2, 10)
 
 
+@pytest.mark.parametrize("kind", ["static", "deltalog"])
+def test_prefill_refuses_a_used_cache_and_bad_max_new_tokens(kind):
+    """Prefill fills the cache from empty: a cache that still holds a prompt is refused (it would decode on top of the
+    old tokens), as are max_new_tokens < 1; the refused call leaves the cache as it was."""
+    model = tiny_model("qwen3_5")
+    cache = make_cache(kind, model, 7 + N)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int of at least 1; got 0"):
+        graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=0, eos_token_id=None, capture=False)
+    with pytest.raises(ValueError, match="got -1"):
+        graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=-1, eos_token_id=None, capture=False)
+    graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=3, eos_token_id=None, capture=False)
+    held = int(cache.get_seq_length())
+    with pytest.raises(ValueError, match=f"already holds {held} tokens per row.*cache.reset"):
+        graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=3, eos_token_id=None, capture=False)
+    assert int(cache.get_seq_length()) == held == 9
+
+
 def test_static_reprefill_keeps_addresses_and_restarts():
     """A second prompt batch of the same size reuses every buffer (a captured graph stays valid) and decodes as a
     fresh cache would."""
