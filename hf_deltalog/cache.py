@@ -640,6 +640,21 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
     return beam_idx
 
 
+def check_row_indices(indices: Any) -> torch.Tensor:
+    """``indices`` for ``batch_select_indices`` as a 1-D integer tensor: lists and tuples of ints are converted, and a
+    boolean mask over the rows becomes the indices of its true entries.
+
+    Raises:
+        TypeError: anything else (a float tensor, a 2-D tensor, a scalar).
+    """
+    if isinstance(indices, (list, tuple)):
+        indices = torch.tensor(indices, dtype=torch.long)
+    if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or indices.is_floating_point() or \
+            indices.is_complex():
+        raise TypeError(f"batch_select_indices takes a 1-D integer tensor (or list) of rows to keep; got {indices!r}")
+    return indices.nonzero().squeeze(1) if indices.dtype == torch.bool else indices
+
+
 class DeltaLogCache(DynamicCache):
     """A transformers cache whose linear-attention layers keep a dense base plus a log of recent rank-1 updates.
 
@@ -942,6 +957,8 @@ class DeltaLogCache(DynamicCache):
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer."""
+        indices = check_row_indices(indices)
         super().batch_select_indices(indices)
         if self._ledger is not None:
             self._ledger = self._ledger[indices.to(self._ledger.device)]

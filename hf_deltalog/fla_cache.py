@@ -50,6 +50,7 @@ from hf_deltalog.cache import (
     _check_merge_interval,
     _Status,
     check_beam_idx,
+    check_row_indices,
 )
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -607,6 +608,8 @@ class FLADeltaLogCache(FLACache):
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer."""
+        indices = check_row_indices(indices)
         for layer in self.layers:
             layer.batch_select_indices(indices)
         if self._ledger is not None:

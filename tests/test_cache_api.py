@@ -275,6 +275,20 @@ def test_batch_repeat_interleave_and_select_indices():
     assert max_abs(forward(model, last, cache), forward(model, last, ref)) <= 1e-5
 
 
+def test_batch_select_indices_takes_lists_and_masks_and_refuses_floats():
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, merge_interval=4)
+    decode(model, cache, forward(model, prompt_ids(3, 5), cache), 2)
+    S = cache.materialize(0)
+    with pytest.raises(TypeError, match="1-D integer tensor .* of rows to keep"):
+        cache.batch_select_indices(torch.tensor([0.0, 2.0]))
+    assert cache.batch_size == 3 and torch.equal(cache.materialize(0), S)
+    cache.batch_select_indices(torch.tensor([True, False, True]))  # a mask: rows 0 and 2
+    assert torch.equal(cache.materialize(0), S[[0, 2]])
+    cache.batch_select_indices([1])  # a list: row 2 of the original
+    assert cache.batch_size == 1 and torch.equal(cache.materialize(0), S[[2]])
+
+
 def test_reset_keeps_buffers_and_forgets_state():
     model = tiny_model("qwen3_5")
     ids = prompt_ids(2, 5)

@@ -49,6 +49,21 @@ def _decode_both(model, ref: Cache, ours: FLADeltaLogCache, ids, steps: int, reo
             b = model(nxt, attention_mask=mask, past_key_values=ours, use_cache=True)
 
 
+def test_batch_select_indices_takes_a_list_and_keeps_the_rows():
+    """A list (as for reorder_cache) keeps those rows of every layer's recurrent state; floats are refused before
+    anything changes."""
+    model = tiny_model("rwkv6")
+    cache = DeltaLogCache(model, merge_interval=4, backend="torch")
+    with torch.no_grad():
+        out = model(prompt_ids(3, 5, seed=13), past_key_values=cache, use_cache=True)
+        model(out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+    states = [cache.materialize(i) for i in range(len(cache))]
+    with pytest.raises(TypeError, match="of rows to keep"):
+        cache.batch_select_indices(torch.tensor([0.0]))
+    cache.batch_select_indices([2, 0])
+    assert all(torch.equal(cache.materialize(i), S[[2, 0]]) for i, S in enumerate(states))
+
+
 @pytest.mark.parametrize("family,backend", [(f, "torch") for f in FAMILIES] + [("gated_deltanet", "triton")])
 def test_state_matches_fla_cache_every_step(family, backend):
     """Drive both caches by hand (with an attention mask, so GDN/KDA unpad to packed one-token sequences): logits, the
