@@ -976,6 +976,24 @@ class DeltaLogCache(DynamicCache):
             return
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
+    def _check_room(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+                    max_new_tokens: int | None) -> None:
+        """Called (through the patch) when ``generate`` starts: in static mode, raise ValueError when the attention
+        slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the held and new prompt
+        tokens and ``max_new_tokens − 1`` generated ones (the last generated token is never fed). Nothing to check
+        outside static mode, without ids, or when the call bounds its length otherwise (``max_length``)."""
+        if not self.static or input_ids is None or max_new_tokens is None:
+            return
+        held, T = int(self.get_seq_length()), input_ids.shape[1]
+        only_new = held > 0 and attention_mask is not None and attention_mask.shape[1] != T
+        need = (held + T if only_new else T) + int(max_new_tokens) - 1
+        if need > self.max_cache_len:
+            raise ValueError(
+                f"this static DeltaLogCache holds {self.max_cache_len} tokens per row (max_cache_len), but this "
+                f"generate call feeds it up to {need} (a prompt of {need - int(max_new_tokens) + 1} and "
+                f"max_new_tokens={max_new_tokens}, the last one never fed); build it with a larger max_cache_len"
+            )
+
     def _after_generate(self, output: Any) -> None:
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)

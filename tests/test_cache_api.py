@@ -127,6 +127,25 @@ def test_batch_size_mismatch_then_reset_to_another_batch():
     assert torch.equal(out, model.generate(ids, max_new_tokens=6, do_sample=False))
 
 
+def test_static_generate_refuses_more_tokens_than_max_cache_len():
+    """Static mode: a generate call whose prompt and new tokens need more attention slots than max_cache_len is
+    refused before the cache is touched (it failed with an IndexError inside the attention layer); a call that
+    fits exactly (the last generated token is never fed) gives the default cache's tokens, as does a continuation."""
+    model = tiny_model("qwen3_5")
+    ids, kw = prompt_ids(2, 6, seed=3), dict(do_sample=False, eos_token_id=None)
+    cache = DeltaLogCache(model, static=True, max_cache_len=6 + 3)
+    with pytest.raises(ValueError, match=r"holds 9 tokens per row \(max_cache_len\), but this generate call feeds it "
+                                         r"up to 13 \(a prompt of 6 and max_new_tokens=8"):
+        model.generate(ids, cache=cache, max_new_tokens=8, **kw)
+    assert int(cache.get_seq_length()) == 0
+    with torch.no_grad():
+        out = model.generate(ids, cache=cache, max_new_tokens=4, **kw)  # 6 + 4 - 1 = 9 slots
+        assert torch.equal(out, model.generate(ids, max_new_tokens=4, **kw))
+        with pytest.raises(ValueError, match="feeds it up to 10"):  # the 9 held tokens, the last one, one new
+            model.generate(out, cache=cache, max_new_tokens=1, **kw)
+    assert int(cache.get_seq_length()) == 9
+
+
 def test_static_batch_size_mismatch_with_an_attention_layer_first():
     """Static mode, attention before linear attention (the first layer to see the batch is transformers'
     StaticLayer): another batch size is refused before any length advances; after reset() it is served."""

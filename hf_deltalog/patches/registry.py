@@ -181,7 +181,14 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         if not isinstance(cache, DeltaLogCache) and not getattr(type(cache), "_deltalog_generate_checks", False):
             return upstream(self, inputs, *args, **kwargs)
         cache._check_model(self)
-        cache._before_generate(inputs if inputs is not None else kwargs.get("input_ids"), kwargs.get("attention_mask"))
+        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        cache._before_generate(ids, kwargs.get("attention_mask"))
+        check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
+        if check_room is not None:
+            max_new = kwargs.get("max_new_tokens")
+            if max_new is None:
+                max_new = getattr(kwargs.get("generation_config") or self.generation_config, "max_new_tokens", None)
+            check_room(ids, kwargs.get("attention_mask"), max_new)
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
         out = run(upstream, self, inputs, *args, **kwargs) if run else upstream(self, inputs, *args, **kwargs)
         cache._after_generate(out)
