@@ -127,6 +127,16 @@ def test_batch_size_mismatch_then_reset_to_another_batch():
     assert torch.equal(out, model.generate(ids, max_new_tokens=6, do_sample=False))
 
 
+def test_generate_refuses_a_cache_with_use_cache_false():
+    """With use_cache=False transformers re-feeds the whole sequence into the given cache at every step (a
+    DynamicCache then decodes from a wrong state too): refused before the cache is touched."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    with pytest.raises(ValueError, match="use_cache=False"):
+        model.generate(prompt_ids(2, 6), cache=cache, use_cache=False, max_new_tokens=3, do_sample=False)
+    assert cache.get_seq_length() == 0 and cache.deltalog_layers[0].base is None
+
+
 def test_static_generate_refuses_more_tokens_than_max_cache_len():
     """Static mode: a generate call whose prompt and new tokens need more attention slots than max_cache_len is
     refused before the cache is touched (it failed with an IndexError inside the attention layer); a call that

@@ -181,6 +181,17 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         if not isinstance(cache, DeltaLogCache) and not getattr(type(cache), "_deltalog_generate_checks", False):
             return upstream(self, inputs, *args, **kwargs)
         cache._check_model(self)
+        use_cache = kwargs.get("use_cache")
+        if use_cache is None:
+            use_cache = getattr(kwargs.get("generation_config") or self.generation_config, "use_cache", True)
+        if use_cache is False:
+            # transformers then re-feeds the whole sequence at every step, into the cache it was given: the
+            # recurrent state would consume every token again (so would a DynamicCache's)
+            raise ValueError(
+                "generate got a DeltaLogCache with use_cache=False: transformers would feed the whole sequence "
+                "into the cache again at every step and decode from a wrong state. Pass use_cache=True (the "
+                "default) with the cache, or no cache with use_cache=False"
+            )
         ids = inputs if inputs is not None else kwargs.get("input_ids")
         cache._before_generate(ids, kwargs.get("attention_mask"))
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
