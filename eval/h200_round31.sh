@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The two base-read probe runs of 2026-12-01 (results in eval/results/h200/round30/probe_sweep/ and ladder/), as run
+# on one H200 (no wheels needed: torch and triton only):
+#   1. the append's grid against other tile heights and persistent pipelined programs, B = 64 ... 512;
+#   2. the append's extra work added step by step onto a pure read of the base (the "ladder"), B = 128 and 512.
+#   OUT=/path bash eval/h200_round31.sh
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p $OUT/probe_sweep $OUT/ladder
+for b in 64 128 256 512; do
+  python3 -W ignore eval/stream_read_probe.py --batch $b --stages 3 --out $OUT/probe_sweep/b$b.json \
+      2>&1 | tee $OUT/probe_sweep/b$b.log
+done
+for b in 128 512; do
+  python3 -W ignore eval/stream_read_probe.py --batch $b --ladder --direct-only --out $OUT/ladder/ladder_b$b.json \
+      2>&1 | tee $OUT/ladder/ladder_b$b.log
+done
