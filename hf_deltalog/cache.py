@@ -541,9 +541,9 @@ class DeltaLogLayer(LinearAttentionLayer):
                     raise ValueError(
                         f"cannot crop {tokens} tokens: layer {self.layer_idx}'s recorded conv state {i} holds "
                         f"{have} columns, and rebuilding its window needs {need} (the cropped tokens and a window of "
-                        f"{self.conv_kernel_size[i]} before them; this model updates the conv state in place, so "
-                        "past recording keeps no more than the prefill's width). Build the cache with "
-                        "DeltaLogCache(..., crop_ring=True) to crop any token still in the log"
+                        f"{self.conv_kernel_size[i]} before them; a model whose decode step updates the conv state in "
+                        "place, as the KDA families do, records no more than the prefill's width). Build the cache "
+                        "with DeltaLogCache(..., crop_ring=True) to crop any token still in the log"
                     )
 
     def crop(self, tokens_to_remove: int) -> None:
