@@ -167,6 +167,8 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="multiple of the key heads"):
         q3, k3, _, _, _, _ = inputs(B, 1, 3, HV, K, V)
         naive_deltalog_gdn_decode(q3, k3, v, g, beta, S0.clone(), **log)
+    with pytest.raises(ValueError, match="positive multiple of the key heads Hk=0"):  # not a ZeroDivisionError
+        naive_deltalog_gdn_decode(q[:, :, :0], k[:, :, :0], v, g, beta, S0.clone(), **log)
     with pytest.raises(TypeError, match="length must be int32 or int64"):
         naive_deltalog_gdn_decode(q, k, v, g, beta, S0.clone(), **{**log, "length": log["length"].float()})
     with pytest.raises(TypeError, match="base must be float32"):

@@ -85,5 +85,7 @@ def test_bad_inputs():
         naive_deltalog_kda_decode(q, k, v, g[..., 0], beta, S0.clone(), **log)
     with pytest.raises(ValueError, match="decay_log must have shape"):
         naive_deltalog_kda_decode(q, k, v, g, beta, S0.clone(), **{**log, "decay_log": log["decay_log"][..., 0]})
+    with pytest.raises(ValueError, match="positive multiple of the key heads Hk=0"):  # not a ZeroDivisionError
+        naive_deltalog_kda_decode(q[:, :, :0], k[:, :, :0], v, g, beta, S0.clone(), **log)
     with pytest.raises(TypeError, match="length must be int32 or int64"):
         naive_deltalog_kda_decode(q, k, v, g, beta, S0.clone(), **{**log, "length": log["length"].float()})

@@ -60,8 +60,8 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
     if v.dim() != 4 or v.shape[:2] != (B, T):
         raise ValueError(f"v must be [B, T, HV, V] with B={B}, T={T}; got {tuple(v.shape)}")
     HV = v.shape[2]
-    if HV % Hk != 0:
-        raise ValueError(f"the value heads HV={HV} must be a multiple of the key heads Hk={Hk} (GQA)")
+    if Hk == 0 or HV % Hk != 0:
+        raise ValueError(f"the value heads HV={HV} must be a positive multiple of the key heads Hk={Hk} (GQA)")
     for name, t in (("g", g), ("beta", beta)):
         if t.shape != (B, T, HV):
             raise ValueError(f"{name} must be [B, T, HV] = {(B, T, HV)}; got {tuple(t.shape)}")

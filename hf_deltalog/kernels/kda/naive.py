@@ -47,8 +47,8 @@ def _check(q, k, v, g, beta):
     if v.dim() != 4 or v.shape[:2] != (B, T):
         raise ValueError(f"v must be [B, T, HV, V] with B={B}, T={T}; got {tuple(v.shape)}")
     HV = v.shape[2]
-    if HV % Hk != 0:
-        raise ValueError(f"the value heads HV={HV} must be a multiple of the key heads Hk={Hk}")
+    if Hk == 0 or HV % Hk != 0:
+        raise ValueError(f"the value heads HV={HV} must be a positive multiple of the key heads Hk={Hk}")
     if tuple(g.shape) != (B, T, HV, K):
         raise ValueError(f"g must be [B, T, HV, K] = {(B, T, HV, K)} (a log-decay per key channel); got {tuple(g.shape)}")
     if tuple(beta.shape) != (B, T, HV):
