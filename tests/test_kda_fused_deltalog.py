@@ -75,7 +75,13 @@ def test_stepwise_gqa_uneven_dims(M, v_first, lengths):
     run_stepwise(M, v_first, torch.float32, lengths, B=3, Hk=2, HV=4, K=12, V=20)
 
 
-def run_stepwise(M, v_first, dtype, lengths, B, Hk, HV, K, V):
+@pytest.mark.parametrize("prepare_warps", [2, 4])
+def test_stepwise_prepare_warps(prepare_warps):
+    """The prepare kernel's warps (a launch option) change no result: the same stepwise check, merges included."""
+    run_stepwise(4, True, torch.float32, [3, 0, 2], B=3, Hk=2, HV=4, K=12, V=20, prepare_warps=prepare_warps)
+
+
+def run_stepwise(M, v_first, dtype, lengths, B, Hk, HV, K, V, **options):
     """2M + 1 steps of the kernel and the naive reference from the same state: outputs and every buffer (live slots
     of the decay log) after each step."""
     ref = make_state(B, Hk, HV, K, V, M, lengths, seed=1)
@@ -84,7 +90,7 @@ def run_stepwise(M, v_first, dtype, lengths, B, Hk, HV, K, V):
     gen = torch.Generator().manual_seed(2)
     for step in range(2 * M + 1):
         x = make_inputs(B, Hk, HV, K, V, dtype, gen)
-        o = fused_deltalog_kda_decode(*x, *ours, ws, state_v_first=v_first)
+        o = fused_deltalog_kda_decode(*x, *ours, ws, state_v_first=v_first, **options)
         o_ref = naive_deltalog_kda_decode(*x, *ref)
         assert torch.isfinite(o).all(), step
         torch.testing.assert_close(o.float(), o_ref.float(), **OUT_TOL[dtype], msg=f"step {step}")
@@ -148,13 +154,14 @@ def test_custom_op_plain_entry_and_compile():
             assert torch.equal(ta.nan_to_num(7.0), tb.nan_to_num(7.0)), f"step {step}: {name} (op)"
             assert torch.equal(ta.nan_to_num(7.0), tc.nan_to_num(7.0)), f"step {step}: {name} (compiled)"
     x = make_inputs(B, Hk, HV, K, V, torch.float32, gen)
-    args = (*x, *[t.nan_to_num(0.0) for t in a], wa, K**-0.5, True, False, 8, 1)
+    args = (*x, *[t.nan_to_num(0.0) for t in a], wa, K**-0.5, True, False, 8, 1, 0)
     result = torch.library.opcheck(torch.ops.hf_deltalog.fused_deltalog_kda_decode, args)
     assert all(v == "SUCCESS" for v in result.values()), result
 
 
 @pytest.mark.parametrize("bad, match", [(dict(block_v=3), "block_v must be a power of two"),
-                                        (dict(num_warps=3), "num_warps must be one of")])
+                                        (dict(num_warps=3), "num_warps must be one of"),
+                                        (dict(prepare_warps=3), "prepare_warps must be one of")])
 def test_launch_options_are_checked(bad, match):
     B, Hk, HV, K, V, M = 2, 1, 1, 16, 8, 3
     args = list(make_inputs(B, Hk, HV, K, V, torch.float32, torch.Generator().manual_seed(5)))

@@ -47,6 +47,12 @@ def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> N
         raise ValueError(f"{warps_name} must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")
 
 
+def default_prepare_warps(BK: int, BC: int) -> int:
+    """Warps of a KDA / RWKV6 prepare program (one per row and key head) over ``[BC, BK]`` key and decay tiles:
+    1 up to 2,048 elements, 4 beyond."""
+    return 1 if BK * BC <= 2048 else 4
+
+
 def decode_register_cap(C: int, num_warps: int, tile_elements: int) -> dict:
     """Launch options capping a one-warp DeltaLog decode program at 64 registers per thread.
 

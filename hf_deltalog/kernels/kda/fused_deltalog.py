@@ -38,7 +38,9 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from hf_deltalog.kernels._op import check_launch_options, interpreting, launch_device, register_decode_op
+from hf_deltalog.kernels._op import (
+    check_launch_options, default_prepare_warps, interpreting, launch_device, register_decode_op,
+)
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
 
@@ -218,7 +220,7 @@ def deltalog_kda_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: tor
 
 
 def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
-              block_v=8, num_warps=1):
+              block_v=8, num_warps=1, prepare_warps=None):
     named = dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
                  decay_log=decay_log, length=length, workspace=workspace)
     for name, t in named.items():
@@ -262,10 +264,11 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
     check_launch_options(block_v, num_warps)
+    check_launch_options(None, prepare_warps, "prepare_warps")
 
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
-            state_v_first, block_v, num_warps, wrap):
+            state_v_first, block_v, num_warps, prepare_warps, wrap):
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
@@ -280,7 +283,7 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         q, k, g, log_decay, kl, dl, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
-        num_warps=1 if BK * BC <= 2048 else 4,
+        num_warps=prepare_warps or default_prepare_warps(BK, BC),
     )
     wrap(_deltalog_kda_decode_kernel)[(B * HV * NV,)](
         v, beta, o, base, ul, dl, length, workspace,
@@ -295,10 +298,10 @@ def _op_body(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, base: torch.Tensor,
     log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor, length: torch.Tensor,
     workspace: torch.Tensor, scale: float, use_qk_l2norm_in_kernel: bool, state_v_first: bool, block_v: int,
-    num_warps: int,
+    num_warps: int, prepare_warps: int,
 ) -> torch.Tensor:
     return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, wrap_triton)
+                   use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, prepare_warps, wrap_triton)
 
 
 _op = register_decode_op(
@@ -326,6 +329,7 @@ def fused_deltalog_kda_decode(
     *,
     block_v: int = 8,
     num_warps: int = 1,
+    prepare_warps: int | None = None,
     use_custom_op: bool = True,
 ) -> torch.Tensor:
     """One DeltaLog KDA decode step for every row (two launches, no host sync; buffers updated in place).
@@ -341,6 +345,8 @@ def fused_deltalog_kda_decode(
         slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that merge's
         decayed keys ``exp(ℓ̄' − Λ_i) ⊙ K_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps.
+        prepare_warps: warps per prepare program (one per row and key head); None:
+            :func:`hf_deltalog.kernels._op.default_prepare_warps`.
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_kda_decode`` (declares its mutations,
             so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
 
@@ -351,10 +357,10 @@ def fused_deltalog_kda_decode(
         TypeError, ValueError: wrong dtypes, shapes, devices, layouts (messages say what is accepted).
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
-              block_v, num_warps)
+              block_v, num_warps, prepare_warps)
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v), int(num_warps))
+            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v), int(num_warps), int(prepare_warps or 0))
     with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
         if use_custom_op:
             return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)

@@ -33,7 +33,8 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    check_launch_options, decode_register_cap, interpreting, launch_device, register_decode_op,
+    check_launch_options, decode_register_cap, default_prepare_warps, interpreting, launch_device,
+    register_decode_op,
 )
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
@@ -191,7 +192,7 @@ def deltalog_rwkv6_workspace(B: int, H: int, K: int, C: int, device: torch.devic
 
 
 def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
-              block_v=8, num_warps=1):
+              block_v=8, num_warps=1, prepare_warps=None):
     named = dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
                  decay_log=decay_log, length=length, workspace=workspace)
     for name, t in named.items():
@@ -231,10 +232,11 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
     check_launch_options(block_v, num_warps)
+    check_launch_options(None, prepare_warps, "prepare_warps")
 
 
 def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
-            block_v, num_warps, wrap):
+            block_v, num_warps, prepare_warps, wrap):
     B, _, H, K = r.shape
     V = v.shape[3]
     C = k_log.shape[2]
@@ -248,7 +250,8 @@ def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, wor
     wrap(_deltalog_rwkv6_prepare_kernel)[(B * H,)](
         r, k, v, w, u, log_decay, kl, vl, dl, length, workspace, scale,
         r.stride(0), r.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), w.stride(0), w.stride(2),
-        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, num_warps=1 if BK * BC <= 2048 else 4,
+        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS,
+        num_warps=prepare_warps or default_prepare_warps(BK, BC),
     )
     wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
         v, o, base, vl, dl, length, workspace, v.stride(0), v.stride(2),
@@ -261,10 +264,10 @@ def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, wor
 def _op_body(
     r: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, u: torch.Tensor, base: torch.Tensor,
     log_decay: torch.Tensor, k_log: torch.Tensor, v_log: torch.Tensor, decay_log: torch.Tensor, length: torch.Tensor,
-    workspace: torch.Tensor, scale: float, state_v_first: bool, block_v: int, num_warps: int,
+    workspace: torch.Tensor, scale: float, state_v_first: bool, block_v: int, num_warps: int, prepare_warps: int,
 ) -> torch.Tensor:
     return _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
-                   block_v, num_warps, wrap_triton)
+                   block_v, num_warps, prepare_warps, wrap_triton)
 
 
 _op = register_decode_op(
@@ -291,6 +294,7 @@ def fused_deltalog_rwkv6_decode(
     *,
     block_v: int = 8,
     num_warps: int = 1,
+    prepare_warps: int | None = None,
     use_custom_op: bool = True,
 ) -> torch.Tensor:
     """One DeltaLog RWKV6 decode step for every row (two launches; buffers updated in place).
@@ -305,6 +309,8 @@ def fused_deltalog_rwkv6_decode(
         Only the live slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that
         merge's decayed keys ``exp(ℓ̄' − Λ_i) ⊙ k_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5`` (FLA's RWKV6 layer passes 1.0).
+        block_v / num_warps: the decode kernel's value tile and warps. prepare_warps: warps per prepare program (one
+            per row and head); None: :func:`hf_deltalog.kernels._op.default_prepare_warps`.
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode`` (declares its
             mutations, so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
 
@@ -315,10 +321,10 @@ def fused_deltalog_rwkv6_decode(
         TypeError, ValueError: wrong dtypes, shapes, devices or layouts.
     """
     _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
-              block_v, num_warps)
+              block_v, num_warps, prepare_warps)
     scale = float(r.shape[-1] ** -0.5 if scale is None else scale)
     args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, bool(state_v_first),
-            int(block_v), int(num_warps))
+            int(block_v), int(num_warps), int(prepare_warps or 0))
     with launch_device(r):  # Triton launches on the current device: make it r's (a model on several GPUs)
         if use_custom_op:
             return torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode(*args)

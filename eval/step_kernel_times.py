@@ -1,0 +1,88 @@
+"""Device time of each kernel of a DeltaLog step (prepare and decode, append and merge steps), per operator.
+
+Runs whole cycles (M − 1 appends, one merge) of the GDN, KDA and RWKV6 Triton kernels at the benchmark shape
+(``eval/bench_gdn_decode.py``'s inputs: HV = 32, Hk = 16 for GDN, K = V = 128, fp32 V-first base, bf16 activations)
+under ``torch.profiler`` and reports the mean device time (µs) of the prepare and the decode kernel on append steps
+(by live length) and on the merge step. Kernel durations only: launch gaps are not counted (the CUDA-graph cycle
+times of the benchmark include them).
+
+    python eval/step_kernel_times.py [--batch 128] [--ms 4 8] [--operators gdn kda rwkv6] [--prepare-warps 0 2 4]
+                                     [--cycles 6] [--out F.json]      # prepare-warps 0: the launcher default
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_gdn_decode as bench  # noqa: E402
+
+
+def kernel_times(operator: str, B: int, M: int, cycles: int, launch: dict | None = None) -> dict:
+    bench.OP = bench.Operator(operator)
+    Hk = 16 if operator == "gdn" else 32
+    s = bench.Shape(B=B, Hk=Hk, HV=32, K=128, V=128)
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(0)
+    st = bench.make_deltalog_set(torch, s, M, True, dev, gen)
+    x = bench.make_inputs(torch, s, torch.bfloat16, dev, gen)
+
+    def step():
+        bench.OP.decode(*x, st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"], st["length"],
+                        st["workspace"], state_v_first=True, launch=launch)
+
+    for _ in range(2 * M):  # compile both phases, end at length 0
+        step()
+    torch.cuda.synchronize()
+    assert int(st["length"].max()) == 0
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(cycles * M):
+            step()
+        torch.cuda.synchronize()
+    events = sorted((e for e in prof.events() if "_deltalog_" in e.name and e.device_type.name == "CUDA"),
+                    key=lambda e: e.time_range.start)
+    names = [e.name for e in events]
+    assert len(events) == 2 * cycles * M, (len(events), names[:4])
+    out = {}
+    for c in range(M):  # step c of each cycle: live length c, the last one merges
+        prep = [events[2 * (k * M + c)].time_range.elapsed_us() for k in range(cycles)]
+        dec = [events[2 * (k * M + c) + 1].time_range.elapsed_us() for k in range(cycles)]
+        out[f"L={c}" + (" merge" if c == M - 1 else "")] = dict(prepare_us=statistics.median(prep),
+                                                               decode_us=statistics.median(dec))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--ms", type=int, nargs="+", default=[4, 8])
+    p.add_argument("--operators", nargs="+", default=["gdn", "kda", "rwkv6"])
+    p.add_argument("--cycles", type=int, default=6)
+    p.add_argument("--prepare-warps", type=int, nargs="+", default=[0], help="0: the launcher's default")
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    result = dict(batch=args.batch, device=torch.cuda.get_device_name(), torch=torch.__version__, rows={})
+    runs = [(op, M, pw) for op in args.operators for M in args.ms for pw in args.prepare_warps]
+    for op, M, pw in runs:
+        t = kernel_times(op, args.batch, M, args.cycles, dict(prepare_warps=pw or None))
+        tag = f"{op} M={M}" + (f" prepare_warps={pw}" if pw else "")
+        result["rows"][tag] = t
+        app = [v for k, v in t.items() if "merge" not in k]
+        mer = next(v for k, v in t.items() if "merge" in k)
+        prep, dec = statistics.mean(a["prepare_us"] for a in app), statistics.mean(a["decode_us"] for a in app)
+        print(f"{tag:28s} B={args.batch}: appends prepare {prep:6.1f} + decode {dec:6.1f} us (mean over L);  merge "
+              f"prepare {mer['prepare_us']:6.1f} + decode {mer['decode_us']:6.1f} us;  by L: "
+              + ", ".join(f"{k}: {v['prepare_us']:.1f}+{v['decode_us']:.1f}" for k, v in t.items()), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
