@@ -37,7 +37,7 @@ from lm_eval.models.utils import Collator
 from tqdm import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from hf_deltalog.cache import DeltaLogCache
+from hf_deltalog.cache import BACKENDS, DeltaLogCache, _check_merge_interval
 from hf_deltalog.patches.fla import fla_family_of
 
 CACHES = ("deltalog", "default")
@@ -72,7 +72,9 @@ class CachedHFLM(HFLM):
         record_generations: keep `generation_records` (see the module doc).
 
     Raises:
-        ValueError: an unknown `cache`, a seq2seq model, or `batch_size="auto"` (parity needs fixed batches).
+        ValueError: an unknown `cache` or `deltalog_backend`, a `merge_interval` outside [1, 1024], a seq2seq model,
+            or `batch_size="auto"` (parity needs fixed batches).
+        TypeError: a `merge_interval` that is not an integer (or a string of digits, as lm-eval's model_args pass it).
     """
 
     def __init__(self, pretrained: Any, cache: str = "deltalog", merge_interval: int | str | None = None,
@@ -83,7 +85,13 @@ class CachedHFLM(HFLM):
         if str(self.batch_size).startswith("auto"):
             raise ValueError("CachedHFLM needs a fixed integer batch_size (the two caches must see the same batches)")
         self.cache = cache
-        self.merge_interval = None if merge_interval in (None, "", "None") else int(merge_interval)
+        if isinstance(merge_interval, str):  # lm-eval's model_args arrive as strings ("8")
+            text = merge_interval.strip()
+            merge_interval = None if text in ("", "None") else int(text) if text.isdigit() else text
+        # checked here, before any request, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
+        self.merge_interval = _check_merge_interval(merge_interval, None)
+        if deltalog_backend not in BACKENDS:
+            raise ValueError(f"deltalog_backend must be one of {BACKENDS}; got {deltalog_backend!r}")
         self.deltalog_backend = deltalog_backend
         self.record_generations = str(record_generations).lower() in ("1", "true", "yes")
         self.generation_records: list[dict] = []

@@ -57,6 +57,21 @@ def test_unknown_cache_and_auto_batch_are_refused():
         CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size="auto")
 
 
+@pytest.mark.parametrize("bad, error, match", [
+    (dict(merge_interval=2.7), TypeError, "merge_interval must be an integer"),  # was silently M = 2
+    (dict(merge_interval=True), TypeError, "merge_interval must be an integer"),  # was silently M = 1
+    (dict(merge_interval="2.5"), TypeError, "merge_interval must be an integer"),
+    (dict(merge_interval="0"), ValueError, r"merge_interval must be an integer in \[1, 1024\]"),
+    (dict(deltalog_backend="cuda"), ValueError, "deltalog_backend must be one of"),
+])
+def test_cache_options_are_checked_when_built(bad, error, match):
+    """Checked before any request (they were only checked at the first request, or silently truncated)."""
+    with pytest.raises(error, match=match):
+        CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, **bad)
+    lm = CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, merge_interval="8")
+    assert lm.merge_interval == 8  # lm-eval's model_args pass strings
+
+
 def test_parity_cpu_fp32(tmp_path):
     """The CI parity check: both local tasks, a few documents (two batches), GDN and KDA checkpoints, fp32 on the CPU:
     identical metrics, 100 % identical generations, log-likelihoods within 1e-5."""
