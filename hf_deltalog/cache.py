@@ -640,19 +640,25 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
     return beam_idx
 
 
-def check_row_indices(indices: Any) -> torch.Tensor:
+def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
     """``indices`` for ``batch_select_indices`` as a 1-D integer tensor: lists and tuples of ints are converted, and a
-    boolean mask over the rows becomes the indices of its true entries.
+    boolean mask over the ``rows`` rows (-1: not allocated yet) becomes the indices of its true entries.
 
     Raises:
         TypeError: anything else (a float tensor, a 2-D tensor, a scalar).
+        ValueError: a boolean mask whose length is not ``rows``.
     """
     if isinstance(indices, (list, tuple)):
         indices = torch.tensor(indices, dtype=torch.long)
     if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or indices.is_floating_point() or \
             indices.is_complex():
         raise TypeError(f"batch_select_indices takes a 1-D integer tensor (or list) of rows to keep; got {indices!r}")
-    return indices.nonzero().squeeze(1) if indices.dtype == torch.bool else indices
+    if indices.dtype == torch.bool:
+        if rows != -1 and indices.shape[0] != rows:
+            raise ValueError(f"a boolean mask for batch_select_indices needs one entry per row ({rows}); got "
+                             f"{indices.shape[0]}")
+        return indices.nonzero().squeeze(1)
+    return indices
 
 
 class DeltaLogCache(DynamicCache):
@@ -752,6 +758,7 @@ class DeltaLogCache(DynamicCache):
                                                crop_ring=crop_ring)
         self._fingerprint = (spec.model_type, tuple(layer_types), dims)
         self._ledger: torch.Tensor | None = None
+        self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that
         # recognises it and says so, not an upstream kernel.
         patch()
@@ -942,6 +949,7 @@ class DeltaLogCache(DynamicCache):
         """Forget every token (a batch of another size may follow); buffers of an unchanged batch keep their addresses."""
         super().reset()
         self._ledger = None
+        self._after_beams = False
         self._status.broken = None
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
@@ -958,21 +966,27 @@ class DeltaLogCache(DynamicCache):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer."""
-        indices = check_row_indices(indices)
+        indices = check_row_indices(indices, self.batch_size)
         super().batch_select_indices(indices)
         if self._ledger is not None:
             self._ledger = self._ledger[indices.to(self._ledger.device)]
 
-    def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
+    def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+                         expand: int = 1) -> None:
         """Called (through the patch) when ``generate`` starts on this cache with the ids it was given.
 
-        A cache that already holds tokens can only be continued: the same rows, and either the whole conversation
-        (ids that start with the tokens the cache consumed, checked when the cache last advanced through
-        ``generate``) or only the new tokens with an attention mask over cached and new ones. Otherwise: ValueError.
+        A cache that already holds tokens can only be continued: the same rows, one sequence per row (``expand``, the
+        call's larger of ``num_beams`` and ``num_return_sequences``, must be 1), not after a beam search, and either
+        the whole conversation (ids that start with the tokens the cache consumed, checked when the cache last
+        advanced through ``generate``) or only the new tokens with an attention mask over cached and new ones.
+        Otherwise: ValueError, before anything changes.
         """
         self._status.check()
         held = int(self.get_seq_length())  # a device tensor for static attention layers (read before generate runs)
-        if held == 0 or input_ids is None:
+        if held == 0:
+            return
+        _check_held_rows_continue(held, self._after_beams, expand)
+        if input_ids is None:
             return
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
@@ -994,14 +1008,35 @@ class DeltaLogCache(DynamicCache):
                 f"max_new_tokens={max_new_tokens}, the last one never fed); build it with a larger max_cache_len"
             )
 
-    def _after_generate(self, output: Any) -> None:
-        """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
-        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+    def _after_generate(self, output: Any, beams: bool = False) -> None:
+        """Remember which tokens the cache consumed: every token of the returned sequences but the last one. After a
+        beam search (``beams``) the rows are the beams in the search's last order, not the returned sequences: the
+        cache is then marked as not continuable (until ``reset()``)."""
+        self._after_beams = bool(beams)
+        sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         consumed = None if sequences is None else sequences[:, :-1]
         if consumed is not None and consumed.shape == (self.batch_size, int(self.get_seq_length())):
             self._ledger = consumed
         else:
             self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later
+
+
+def _check_held_rows_continue(held: int, after_beams: bool, expand: int) -> None:
+    """Raise ValueError when a cache holding ``held`` tokens cannot be continued by this generate call: its rows are
+    the beams of an earlier beam search (``after_beams``), or the call would expand every row into ``expand`` > 1
+    (``num_beams`` / ``num_return_sequences``). Shared by :class:`DeltaLogCache` and the FLA cache."""
+    if after_beams:
+        raise ValueError(
+            f"this cache holds {held} tokens from a beam search: its rows are the beams in the search's own order, "
+            "not the sequences generate returned, so no conversation can continue them. Call cache.reset() or build "
+            "a new cache (to continue a beam-search result, feed the chosen sequence to a fresh cache)"
+        )
+    if expand > 1:
+        raise ValueError(
+            f"this cache holds {held} tokens per row; continuing it with num_beams / num_return_sequences = {expand} "
+            "would expand its rows in the middle of the call. Continue it with one sequence per row, or call "
+            "cache.reset() (or use a new cache) for a new beam search"
+        )
 
 
 def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input_ids: torch.Tensor,

@@ -47,6 +47,7 @@ from hf_deltalog.cache import (
     BACKENDS,
     DENSE_BELOW_STATE_BYTES,
     _check_continuation,
+    _check_held_rows_continue,
     _check_merge_interval,
     _Status,
     check_beam_idx,
@@ -516,6 +517,7 @@ class FLADeltaLogCache(FLACache):
         self._shared = _Shared()
         self._fingerprint = (spec.model_type, tuple(self._linear), self._dims)
         self._ledger: torch.Tensor | None = None
+        self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         patch_fla()  # every FLA family: a cache used by another family's layer meets a dispatcher that says so
         from hf_deltalog.patches.registry import _patch_generation
 
@@ -609,7 +611,7 @@ class FLADeltaLogCache(FLACache):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer."""
-        indices = check_row_indices(indices)
+        indices = check_row_indices(indices, self.batch_size)
         for layer in self.layers:
             layer.batch_select_indices(indices)
         if self._ledger is not None:
@@ -619,6 +621,7 @@ class FLADeltaLogCache(FLACache):
         """Forget every token (a batch of another size may follow)."""
         super().reset()
         self._ledger = None
+        self._after_beams = False
         self._shared.status.broken = None
         self._shared.cu_seqlens = None
 
@@ -639,12 +642,17 @@ class FLADeltaLogCache(FLACache):
                 "model that uses it"
             )
 
-    def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
-        """A cache that holds tokens can only be continued: the same rows, and either the whole conversation (ids that
-        start with the tokens the cache consumed) or only the new tokens with a mask over cached and new ones."""
+    def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
+                         expand: int = 1) -> None:
+        """A cache that holds tokens can only be continued: the same rows, one sequence per row, not after a beam
+        search, and either the whole conversation (ids that start with the tokens the cache consumed) or only the new
+        tokens with a mask over cached and new ones (as :meth:`DeltaLogCache._before_generate`)."""
         self._shared.status.check()
         held = self.get_seq_length()
-        if held == 0 or input_ids is None:
+        if held == 0:
+            return
+        _check_held_rows_continue(held, self._after_beams, expand)
+        if input_ids is None:
             return
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
@@ -654,9 +662,11 @@ class FLADeltaLogCache(FLACache):
         with fla_generate_handover(model, self):
             return upstream(model, inputs, *args, **kwargs)
 
-    def _after_generate(self, output: Any) -> None:
-        """Remember which tokens the cache consumed: every token of the returned sequences but the last one."""
-        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+    def _after_generate(self, output: Any, beams: bool = False) -> None:
+        """Remember which tokens the cache consumed: every token of the returned sequences but the last one (after a
+        beam search nothing, and the cache is marked as not continuable until ``reset()``)."""
+        self._after_beams = bool(beams)
+        sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         consumed = None if sequences is None else sequences[:, :-1]
         ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())
         self._ledger = consumed if ok else None

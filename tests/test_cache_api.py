@@ -127,6 +127,41 @@ def test_batch_size_mismatch_then_reset_to_another_batch():
     assert torch.equal(out, model.generate(ids, max_new_tokens=6, do_sample=False))
 
 
+def test_a_beam_search_cache_cannot_be_continued():
+    """After a beam search the rows are the beams in the search's own order, not the returned sequences (with
+    num_return_sequences == num_beams their shapes match, so the id check alone let a wrong continuation through):
+    refused until reset(); afterwards the cache serves a new prompt."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, merge_interval=2)
+    out = model.generate(prompt_ids(1, 3), cache=cache, num_beams=3, num_return_sequences=3, max_new_tokens=4,
+                         do_sample=False)
+    held = cache.get_seq_length()
+    with pytest.raises(ValueError, match="from a beam search: its rows are the beams"):
+        model.generate(torch.cat([out, prompt_ids(3, 1, seed=50)], 1), cache=cache, max_new_tokens=2, do_sample=False)
+    assert cache.get_seq_length() == held
+    cache.reset()
+    ids = prompt_ids(3, 4, seed=51)
+    assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False),
+                       model.generate(ids, max_new_tokens=3, do_sample=False))
+
+
+@pytest.mark.parametrize("expand", [dict(num_beams=2), dict(num_return_sequences=2, do_sample=True)])
+def test_continuing_with_beams_or_several_sequences_is_refused_up_front(expand):
+    """generate would expand the held rows mid-call (the layers refused it part-way and left the cache unusable):
+    refused before anything changes; the same conversation then continues exactly with one sequence per row."""
+    model = tiny_model("qwen3_5")
+    cache, dense = DeltaLogCache(model, merge_interval=2), DynamicCache(config=model.config)
+    ids = prompt_ids(2, 4, seed=8)
+    first = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    model.generate(ids, past_key_values=dense, max_new_tokens=3, do_sample=False)
+    follow_up = torch.cat([first, prompt_ids(2, 2, seed=9)], 1)
+    with pytest.raises(ValueError, match="num_beams / num_return_sequences = 2"):
+        model.generate(follow_up, cache=cache, max_new_tokens=3, **expand)
+    with torch.no_grad():
+        ours = model.generate(follow_up, cache=cache, max_new_tokens=3, do_sample=False)
+        assert torch.equal(ours, model.generate(follow_up, past_key_values=dense, max_new_tokens=3, do_sample=False))
+
+
 def test_generate_refuses_a_cache_with_use_cache_false():
     """With use_cache=False transformers re-feeds the whole sequence into the given cache at every step (a
     DynamicCache then decodes from a wrong state too): refused before the cache is touched."""
@@ -311,6 +346,9 @@ def test_batch_select_indices_takes_lists_and_masks_and_refuses_floats():
     S = cache.materialize(0)
     with pytest.raises(TypeError, match="1-D integer tensor .* of rows to keep"):
         cache.batch_select_indices(torch.tensor([0.0, 2.0]))
+    assert cache.batch_size == 3 and torch.equal(cache.materialize(0), S)
+    with pytest.raises(ValueError, match=r"one entry per row \(3\); got 2"):
+        cache.batch_select_indices(torch.tensor([True, False]))
     assert cache.batch_size == 3 and torch.equal(cache.materialize(0), S)
     cache.batch_select_indices(torch.tensor([True, False, True]))  # a mask: rows 0 and 2
     assert torch.equal(cache.materialize(0), S[[0, 2]])

@@ -141,3 +141,25 @@ def test_multi_turn_continuation(family):
     assert torch.equal(second.sequences, ref.sequences)
     assert max_logit_diff(second, ref) <= 1e-4
     assert cache.get_seq_length() == turn2.shape[1] + 2
+
+
+@pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
+def test_beam_search_cache_and_expanded_continuation_are_refused(family):
+    """As for transformers' models: a cache that ran a beam search holds the beams in the search's order (not the
+    returned sequences), so continuing it is refused until reset(); continuing a held cache with beams would expand
+    its rows mid-call (FLA's RWKV6 failed with a RuntimeError there), so it is refused before anything changes."""
+    model = tiny_model(family, layers=1)
+    cache = DeltaLogCache(model, merge_interval=2)
+    seqs = generate_ours(model, prompt_ids(1, 3, seed=0), cache, num_beams=3, num_return_sequences=3,
+                         max_new_tokens=4, do_sample=False)
+    with pytest.raises(ValueError, match="from a beam search"):
+        generate_ours(model, torch.cat([seqs, prompt_ids(3, 1, seed=50)], 1), cache, max_new_tokens=2, **GREEDY)
+    cache.reset()
+    ids = prompt_ids(2, 4, seed=8)
+    first = generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
+    turn2 = torch.cat([first, prompt_ids(2, 2, seed=9)], dim=1)
+    with pytest.raises(ValueError, match="num_beams / num_return_sequences = 2"):
+        generate_ours(model, turn2, cache, max_new_tokens=3, num_beams=2)
+    second = generate_ours(model, turn2, cache, max_new_tokens=3, **GREEDY)  # the cache is still usable
+    ref, _ = generate_ref(model, turn2, max_new_tokens=3, **GREEDY)
+    assert torch.equal(second.sequences, ref.sequences)

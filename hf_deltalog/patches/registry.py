@@ -181,9 +181,13 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         if not isinstance(cache, DeltaLogCache) and not getattr(type(cache), "_deltalog_generate_checks", False):
             return upstream(self, inputs, *args, **kwargs)
         cache._check_model(self)
-        use_cache = kwargs.get("use_cache")
-        if use_cache is None:
-            use_cache = getattr(kwargs.get("generation_config") or self.generation_config, "use_cache", True)
+        config = kwargs.get("generation_config") or self.generation_config
+
+        def option(name: str, default: Any) -> Any:  # as generate resolves it: the call's kwarg, else the config's
+            value = kwargs.get(name)
+            return getattr(config, name, default) if value is None else value
+
+        use_cache = option("use_cache", True)
         if use_cache is False:
             # transformers then re-feeds the whole sequence at every step, into the cache it was given: the
             # recurrent state would consume every token again (so would a DynamicCache's)
@@ -193,16 +197,15 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
                 "default) with the cache, or no cache with use_cache=False"
             )
         ids = inputs if inputs is not None else kwargs.get("input_ids")
-        cache._before_generate(ids, kwargs.get("attention_mask"))
+        num_beams = int(option("num_beams", 1) or 1)
+        expand = max(num_beams, int(option("num_return_sequences", 1) or 1))
+        cache._before_generate(ids, kwargs.get("attention_mask"), expand=expand)
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
         if check_room is not None:
-            max_new = kwargs.get("max_new_tokens")
-            if max_new is None:
-                max_new = getattr(kwargs.get("generation_config") or self.generation_config, "max_new_tokens", None)
-            check_room(ids, kwargs.get("attention_mask"), max_new)
+            check_room(ids, kwargs.get("attention_mask"), option("max_new_tokens", None))
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
         out = run(upstream, self, inputs, *args, **kwargs) if run else upstream(self, inputs, *args, **kwargs)
-        cache._after_generate(out)
+        cache._after_generate(out, beams=num_beams > 1)
         return out
 
     generate.__deltalog_upstream__ = upstream
