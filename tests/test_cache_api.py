@@ -406,18 +406,28 @@ def test_crop_inside_the_log_is_exact(family, conv_history):
     assert cache.get_seq_length() == 11
 
 
+def _crop_snapshot(cache):
+    """The logical states of layers 0 and 2 and every layer's first conv state, to check a refused crop."""
+    return ([cache.materialize(i) for i in (0, 2)], [layer.conv_states[0].clone() for layer in cache.deltalog_layers])
+
+
+def _assert_unchanged(cache, snapshot):
+    states, conv = snapshot
+    assert all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
+    assert all(torch.equal(layer.conv_states[0], c) for layer, c in zip(cache.deltalog_layers, conv))
+
+
 def test_crop_without_conv_history_raises_and_changes_nothing():
     """The ring is off by default: a crop that needs the conv columns of cropped steps says how to get them."""
     model = tiny_model("qwen3_5")
     cache = DeltaLogCache(model, merge_interval=8)
     first = forward(model, prompt_ids(2, 8), cache)
     decode(model, cache, first, 3)
-    states = [cache.materialize(i) for i in (0, 2)]
-    conv = [layer.conv_states[0].clone() for layer in cache.deltalog_layers]
+    before = _crop_snapshot(cache)
     with pytest.raises(ValueError, match=r"crop_ring=True.*activate_past_recording"):
         cache.crop(-1)
-    assert cache.get_seq_length() == 11 and all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
-    assert all(torch.equal(layer.conv_states[0], c) for layer, c in zip(cache.deltalog_layers, conv))
+    assert cache.get_seq_length() == 11
+    _assert_unchanged(cache, before)
     assert all(layer.conv_ring is None for layer in cache.deltalog_layers)
     cache.crop(0)  # nothing to rebuild
 
@@ -434,12 +444,11 @@ def test_crop_past_recorded_conv_window_too_short_raises_and_changes_nothing(fam
     layer = cache.deltalog_layers[0]
     W, have = layer.conv_kernel_size[0], layer.conv_states[0].shape[-1]
     assert have == 8 and 5 + W > have  # the case under test: the recorded columns cannot hold the window
-    states = [cache.materialize(i) for i in (0, 2)]
-    conv = [lyr.conv_states[0].clone() for lyr in cache.deltalog_layers]
+    before = _crop_snapshot(cache)
     with pytest.raises(ValueError, match=rf"holds 8 columns, and rebuilding its window needs {5 + W}.*crop_ring=True"):
         cache.crop(-5)
-    assert cache.get_seq_length() == 13 and all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
-    assert all(torch.equal(lyr.conv_states[0], c) for lyr, c in zip(cache.deltalog_layers, conv))
+    assert cache.get_seq_length() == 13
+    _assert_unchanged(cache, before)
     # The same crop with the ring, against a fresh cache fed the 8 kept tokens.
     ring = DeltaLogCache(model, merge_interval=8, crop_ring=True)
     first = forward(model, ids, ring)
