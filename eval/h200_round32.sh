@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared 2026-12-01 and NOT RUN yet (the session's device time was spent). One H200, at most ~170 s. The KDA and
+# Run 2026-12-01 (results: eval/results/h200/round32/; the summary lines below read bench_<op>_decode.json, fixed
+# after the run, which looked for bench_gdn_decode.json). One H200, at most ~170 s. The KDA and
 # RWKV6 prepare kernels take 8.6-9.0 us per step at M = 4 and 14-15 us at M = 8 (B = 128; GDN's 3.8-4.8;
 # eval/step_kernel_times.py, NOTES.md): one warp per program holds their [8, K] key and decay tiles in 96 registers at
 # C = 7. Here: their kernel times with 1 / 2 / 4 prepare warps, then the cycle-timed A/B of the same options (one
@@ -17,7 +18,7 @@ for op in rwkv6 kda; do
   timeout $(( 165 - $(date +%s) + T0 )) python3 -W ignore eval/bench_gdn_decode.py --operator $op --out $R/$op \
       --tune --skip-main --tune-batches 128 --tune-ms 4 8 --tune-only '{}' '{"prepare_warps": 2}' \
       '{"prepare_warps": 4}' --no-compile --no-numerics > $R/$op.log 2>&1
-  python3 - $R/$op/bench_gdn_decode.json $op <<'PY'
+  python3 - $R/$op/bench_${op}_decode.json $op <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1])).get("tune", []):
     print(f"{sys.argv[2]} B={r['B']} M={r['M']} {json.dumps(r['options']):22s} {r.get('amortized_us') or float('nan'):7.1f}"

@@ -7,12 +7,20 @@ under ``torch.profiler`` and reports the mean device time (µs) of the prepare a
 times of the benchmark include them).
 
     python eval/step_kernel_times.py [--batch 128] [--ms 4 8] [--operators gdn kda rwkv6] [--prepare-warps 0 2 4]
-                                     [--cycles 6] [--out F.json]      # prepare-warps 0: the launcher default
+                                     [--prepare-maxnreg 0 64] [--cycles 6] [--out F.json]
+                                     # 0: the launcher's default (no register cap on the prepare kernel)
+    ncu --set full -k regex:_prepare --launch-skip 9 --launch-count 1 python eval/step_kernel_times.py --cycles 0 ...
+                                     # --cycles 0: only the 2·M warm-up steps (step 9: an append at L = 1)
+
+``--prepare-maxnreg N`` compiles the prepare kernel under an N-register cap (Triton's ``maxnreg`` launch option, as
+``hf_deltalog.kernels._op.decode_register_cap`` does for the decode kernel), an experiment the launchers do not
+expose: at 64 registers, 4,096 one-warp programs fit the H200's 132 SMs in one wave (32 resident blocks per SM).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -23,6 +31,30 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gdn_decode as bench  # noqa: E402
+
+
+def prepare_kernel(operator: str):
+    """The operator's prepare kernel (a Triton ``JITFunction``)."""
+    from hf_deltalog.kernels.gdn import fused_deltalog as fd
+    from hf_deltalog.kernels.kda import fused_deltalog as fk
+    from hf_deltalog.kernels.rwkv6 import fused_deltalog as fr
+    return dict(gdn=fd._deltalog_gdn_prepare_kernel, kda=fk._deltalog_kda_prepare_kernel,
+                rwkv6=fr._deltalog_rwkv6_prepare_kernel)[operator]
+
+
+@contextlib.contextmanager
+def prepare_register_cap(operator: str, maxnreg: int):
+    """Launch the operator's prepare kernel with ``maxnreg=maxnreg`` inside the block (0: unchanged)."""
+    kernel = prepare_kernel(operator)
+    if not maxnreg:
+        yield
+        return
+    run = kernel.run
+    kernel.run = lambda *a, **kw: run(*a, maxnreg=maxnreg, **kw)  # `kernel[grid](...)` calls `kernel.run`
+    try:
+        yield
+    finally:
+        del kernel.run  # back to the class's method
 
 
 def kernel_times(operator: str, B: int, M: int, cycles: int, launch: dict | None = None) -> dict:
@@ -42,6 +74,8 @@ def kernel_times(operator: str, B: int, M: int, cycles: int, launch: dict | None
         step()
     torch.cuda.synchronize()
     assert int(st["length"].max()) == 0
+    if not cycles:  # --cycles 0: the 2·M warm-up steps only, for Nsight Compute (ncu --launch-skip ...)
+        return {}
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(cycles * M):
             step()
@@ -66,14 +100,19 @@ def main() -> None:
     p.add_argument("--operators", nargs="+", default=["gdn", "kda", "rwkv6"])
     p.add_argument("--cycles", type=int, default=6)
     p.add_argument("--prepare-warps", type=int, nargs="+", default=[0], help="0: the launcher's default")
+    p.add_argument("--prepare-maxnreg", type=int, nargs="+", default=[0], help="0: no register cap")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     result = dict(batch=args.batch, device=torch.cuda.get_device_name(), torch=torch.__version__, rows={})
-    runs = [(op, M, pw) for op in args.operators for M in args.ms for pw in args.prepare_warps]
-    for op, M, pw in runs:
-        t = kernel_times(op, args.batch, M, args.cycles, dict(prepare_warps=pw or None))
-        tag = f"{op} M={M}" + (f" prepare_warps={pw}" if pw else "")
+    runs = [(op, M, pw, cap) for op in args.operators for M in args.ms for pw in args.prepare_warps
+            for cap in args.prepare_maxnreg]
+    for op, M, pw, cap in runs:
+        with prepare_register_cap(op, cap):
+            t = kernel_times(op, args.batch, M, args.cycles, dict(prepare_warps=pw or None))
+        tag = f"{op} M={M}" + (f" prepare_warps={pw}" if pw else "") + (f" maxnreg={cap}" if cap else "")
         result["rows"][tag] = t
+        if not t:
+            continue
         app = [v for k, v in t.items() if "merge" not in k]
         mer = next(v for k, v in t.items() if "merge" in k)
         prep, dec = statistics.mean(a["prepare_us"] for a in app), statistics.mean(a["decode_us"] for a in app)
