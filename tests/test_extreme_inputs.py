@@ -1,5 +1,6 @@
 """Inputs at the edge of the contract, for every operator's reference and Triton kernel (under the interpreter):
-a step whose log-decay is huge or -inf, and a length outside [0, C] (negative, or above C)."""
+a step whose log-decay is huge, -inf or NaN, a length outside [0, C] (negative, above C, beyond int32), and buffers
+the step must refuse before writing anything (aliased, expanded, a lossy log dtype, a zero head size)."""
 
 from __future__ import annotations
 
@@ -137,3 +138,136 @@ def test_length_above_the_log_merges_like_the_reference(op):
     torch.testing.assert_close(o, o_ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ker_base, ref_base, rtol=1e-5, atol=1e-5)
     assert ker_log[-1].tolist() == ref_log[-1].tolist() == [0, 0]
+
+
+def run_both(op, xs, base, log, ws):
+    """One step through the reference and the kernel on separate copies: (o_ref, o, ref buffers, kernel buffers),
+    each buffer list being ``[base, *log]``."""
+    _, _, _, _, naive, _, kernel, _ = CASES[op](torch.Generator().manual_seed(0))
+    ref, ker = [base.clone(), *(t.clone() for t in log)], [base.clone(), *(t.clone() for t in log)]
+    o_ref = naive(*xs, *ref)
+    o = kernel(*xs, *ker, ws)
+    return o_ref, o, ref, ker
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_nan_log_decay_stays_nan_like_the_reference(op):
+    """A NaN gate in one row makes that row NaN in the reference (torch.clamp keeps NaN) and in the eager recurrence;
+    the kernel's floor must not turn it into the floor (a full decay that wipes the row's state and hides the NaN).
+    The other row stays exact. Steps run through a merge, so the NaN also passes the log and the base."""
+    x, log, decay_idx, _, naive, materialize, kernel, ws = CASES[op](torch.Generator().manual_seed(5))
+    x[decay_idx][0, 2] = float("nan")  # row 0, step 2
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(6))
+    ref, ker = [base.clone(), *(t.clone() for t in log)], [base.clone(), *(t.clone() for t in log)]
+    for t in range(M + 2):  # appends, the merge at step M - 1, appends after it
+        xs = step_inputs(x, t, op)
+        o_ref = naive(*xs, *ref)
+        o = kernel(*xs, *ker, ws)
+        torch.testing.assert_close(o, o_ref, rtol=1e-5, atol=1e-5, equal_nan=True, msg=f"{op} step {t}")
+        assert torch.isfinite(o[1]).all()
+        if t == 3:  # RWKV6 reads the state before the step: its NaN shows from the next step on
+            assert torch.isnan(o_ref[0]).any() and torch.isnan(o[0]).any()
+    torch.testing.assert_close(materialize(*ker), materialize(*ref), rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert torch.isnan(ker[0][0]).any()  # the merge carried the NaN into row 0's base, as the reference's
+
+
+@pytest.mark.parametrize("op", list(CASES))
+@pytest.mark.parametrize("big,dtype", [(2**32, torch.int64), (2**31 - 1, torch.int32)], ids=["2^32-int64", "2^31-1"])
+def test_length_beyond_int32_merges_like_the_reference(op, big, dtype):
+    """A length far above C merges, whatever its dtype: an int64 length of 2**32 must not wrap to 0 (an append into
+    a live slot) and an int32 one of 2**31 - 1 must reach the decode kernel as a merge (not as -2**31 after a round
+    trip through a float32 workspace)."""
+    x, log, _, _, _, _, _, ws = CASES[op](torch.Generator().manual_seed(7))
+    log[-1] = torch.tensor([big, 0], dtype=dtype)
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(8))
+    o_ref, o, ref, ker = run_both(op, step_inputs(x, 0, op), base, log, ws)
+    torch.testing.assert_close(o, o_ref, rtol=1e-5, atol=1e-5)
+    for a, b in zip(ker, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert ker[-1].tolist() == [0, 1]
+
+
+def overlapping(shape_a, shape_b):
+    """Two contiguous fp32 tensors of the given shapes whose memory overlaps by half of the first."""
+    na, nb = torch.Size(shape_a).numel(), torch.Size(shape_b).numel()
+    flat = torch.zeros(na // 2 + nb + na)
+    return flat[:na].view(shape_a), flat[na // 2:na // 2 + nb].view(shape_b)
+
+
+def assert_refused(fn, exc, match, buffers):
+    before = [t.clone() for t in buffers]
+    with pytest.raises(exc, match=match):
+        fn()
+    for a, b in zip(buffers, before):
+        assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)) if a.is_floating_point() else torch.equal(a, b)
+
+
+@pytest.mark.parametrize("op", list(CASES))
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_aliased_buffers_are_refused(op, impl):
+    """The key log and the value log carved out of one allocation so that they overlap: both are written by the step,
+    so it must refuse (ValueError naming both) and write nothing."""
+    x, log, _, _, naive, _, kernel, ws = CASES[op](torch.Generator().manual_seed(9))
+    log[1], log[2] = overlapping(log[1].shape, log[2].shape)
+    log[1].normal_(generator=torch.Generator().manual_seed(10))
+    log[-1][:] = 2
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(11))
+    xs = step_inputs(x, 0, op)
+    step = (lambda: naive(*xs, base, *log)) if impl == "reference" else (lambda: kernel(*xs, base, *log, ws))
+    assert_refused(step, ValueError, r"k_log and [uv]_log share memory", [base, *log, ws])
+
+
+@pytest.mark.parametrize("op", list(CASES))
+@pytest.mark.parametrize("which", [0, -1], ids=["log_decay", "length"])
+def test_reference_refuses_an_expanded_buffer_before_writing(op, which):
+    """The references update their buffers in place: an expanded (stride-0) one must be refused before the merge
+    rewrites the base, as the kernels refuse it (a retry would otherwise apply the step twice)."""
+    x, log, _, _, naive, _, _, _ = CASES[op](torch.Generator().manual_seed(12))
+    log[-1][:] = M - 1  # every row merges: the base would be written first
+    log[which] = log[which][:1].expand_as(log[which])
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(13))
+    xs = step_inputs(x, 0, op)
+    assert_refused(lambda: naive(*xs, base, *log), ValueError, "contiguous", [base, *log])
+
+
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_rwkv6_log_narrower_than_its_activations_is_refused(impl):
+    """The RWKV6 key and value logs store k and v as they arrive: a bf16 log for fp32 activations would round every
+    entry (relative error ~1e-3 instead of ~1e-7), so it is refused with a TypeError."""
+    x, log, _, _, naive, _, kernel, ws = CASES["rwkv6"](torch.Generator().manual_seed(14))
+    log[1] = log[1].bfloat16()
+    base = torch.zeros(B, H, K, V)
+    xs = step_inputs(x, 0, "rwkv6")
+    step = (lambda: naive(*xs, base, *log)) if impl == "reference" else (lambda: kernel(*xs, base, *log, ws))
+    assert_refused(step, TypeError, "k_log must be float32 or the dtype of its activation", [base, *log, ws])
+
+
+def empty_head_case(op, K_, V_):
+    """Step inputs, base, log and workspace for B = 2, H = 2, C = 3 with the given key / value head sizes."""
+    C = 3
+    z = lambda *s: torch.zeros(*s)  # noqa: E731
+    if op == "gdn":
+        xs = [z(B, 1, H, K_), z(B, 1, H, K_), z(B, 1, H, V_), z(B, 1, H), z(B, 1, H)]
+        log = [z(B, H), z(B, H, C, K_), z(B, H, C, V_), z(B, H, C)]
+        ws = deltalog_gdn_workspace(B, H, H, K_, C, "cpu")
+    elif op == "kda":
+        xs = [z(B, 1, H, K_), z(B, 1, H, K_), z(B, 1, H, V_), z(B, 1, H, K_), z(B, 1, H)]
+        log = [z(B, H, K_), z(B, H, C, K_), z(B, H, C, V_), z(B, H, C, K_)]
+        ws = deltalog_kda_workspace(B, H, H, K_, C, "cpu")
+    else:
+        xs = [z(B, 1, H, K_), z(B, 1, H, K_), z(B, 1, H, V_), z(B, 1, H, K_), z(H, K_)]
+        log = [z(B, H, K_), z(B, H, C, K_), z(B, H, C, V_), z(B, H, C, K_)]
+        ws = deltalog_rwkv6_workspace(B, H, K_, C, "cpu")
+    return xs, z(B, H, K_, V_), log + [torch.zeros(B, dtype=torch.int32)], ws
+
+
+@pytest.mark.parametrize("op", list(CASES))
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+@pytest.mark.parametrize("K_,V_", [(0, 4), (4, 0)], ids=["K=0", "V=0"])
+def test_zero_head_size_is_refused(op, impl, K_, V_):
+    """K = 0 failed inside K ** -0.5, and V = 0 launched an empty decode grid that never advanced `length` while the
+    prepare kernel advanced the rest of the log: both are refused with a ValueError naming the size."""
+    _, _, _, _, naive, _, kernel, _ = CASES[op](torch.Generator().manual_seed(0))
+    xs, base, log, ws = empty_head_case(op, K_, V_)
+    step = (lambda: naive(*xs, base, *log)) if impl == "reference" else (lambda: kernel(*xs, base, *log, ws))
+    assert_refused(step, ValueError, "head sizes and head counts must be ≥ 1", [base, *log, ws])

@@ -30,3 +30,65 @@ def later_decay_sums(decay_log: torch.Tensor, length: torch.Tensor) -> torch.Ten
     lam = torch.where(live, decay_log, torch.zeros((), dtype=decay_log.dtype, device=decay_log.device))
     later = torch.cat([lam[:, :, 1:], torch.zeros_like(lam[:, :, :1])], dim=2)  # slot i holds λ_{i+1}
     return later.flip(2).cumsum(2).flip(2)
+
+
+def check_dims(**sizes: int) -> None:
+    """Raise ``ValueError`` unless every given head size or head count is ≥ 1.
+
+    A zero ``K`` fails inside ``K ** -0.5`` and a zero ``V`` or head count launches an empty decode grid that never
+    advances ``length`` while the prepare step advances the rest; both are refused up front instead."""
+    bad = {name: n for name, n in sizes.items() if n < 1}
+    if bad:
+        raise ValueError(f"head sizes and head counts must be ≥ 1; got {bad}")
+
+
+def _spans(tensors: dict[str, torch.Tensor]) -> list[tuple[int, int, str, torch.device]]:
+    """``(first byte, one past the last byte, name, device)`` that each non-empty tensor can touch, sorted."""
+    out = []
+    for name, t in tensors.items():
+        if t.numel() == 0:
+            continue
+        start = t.data_ptr()
+        if t.is_contiguous():
+            end = start + t.nbytes
+        else:
+            end = start + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+        out.append((start, end, name, t.device))
+    return sorted(out)
+
+
+def check_disjoint(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` when a buffer that a decode step writes in place shares memory with another argument.
+
+    A step reads every buffer before it writes them, per program; two arguments that alias (the same tensor passed as
+    ``k_log`` and ``decay_log``, say, whose shapes match whenever ``Hk = HV``) would make one buffer's writes land in
+    the other and corrupt the state without an error. The test compares byte ranges (a strided view's whole range),
+    so it may refuse two interleaved views that never touch the same element; the cache's own buffers are separate
+    allocations. Host-side only (pointers and strides, no device sync; a few µs per call); skipped while
+    ``torch.compile`` traces the call, whose tensors have no addresses.
+
+    Args:
+        tensors: every tensor argument of the step, by name.
+        written: the names of those the step updates in place.
+    """
+    if torch.compiler.is_compiling():  # traced tensors have no addresses; the eager call checks them
+        return
+    spans = _spans(tensors)
+    for i, (start, end, name, dev) in enumerate(spans):
+        for start2, _, name2, dev2 in spans[i + 1:]:
+            if start2 >= end:
+                break  # sorted by start: no later range reaches into this one
+            if dev2 == dev and (name in written or name2 in written):
+                raise ValueError(
+                    f"{name} and {name2} share memory: each buffer the step writes in place ({', '.join(written)}) "
+                    "must be a tensor of its own, apart from every other argument")
+
+
+def check_step_buffers(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -> None:
+    """The reference decode steps' check of their in-place buffers, before anything is written: each must be
+    contiguous (an expanded or strided view would fail half-way through the step, after the base was merged) and
+    must not share memory with another argument (:func:`check_disjoint`). Raises ``ValueError``."""
+    for name in written:
+        if not tensors[name].is_contiguous():
+            raise ValueError(f"{name} must be contiguous (it is updated in place); got strides {tensors[name].stride()}")
+    check_disjoint(tensors, written)

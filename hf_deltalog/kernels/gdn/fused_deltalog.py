@@ -61,6 +61,7 @@ from hf_deltalog.kernels._op import (
     OP_KIND, check_launch_options, decode_register_cap, launch_device, register_decode_op,
 )
 from hf_deltalog.kernels._op import interpreting as _interpreting
+from hf_deltalog.kernels.common import check_dims, check_disjoint
 
 __all__ = [
     "LaunchConfig", "OP_KIND", "OP_NAME", "deltalog_gdn_workspace", "default_launch_config", "fused_deltalog_gdn_decode",
@@ -123,7 +124,9 @@ def _deltalog_gdn_prepare_kernel(
     # --- loads (independent of one another) ---
     b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    L = tl.load(length_ptr + i_b).to(tl.int32)
+    # A length above C merges and a negative one appends nothing, as in the reference; it is clamped before the
+    # int32 cast, so that an int64 length of 2**32 (or an int32 one of 2**31 - 1) still merges
+    L = tl.maximum(tl.minimum(tl.load(length_ptr + i_b), C + 1), -2147483648).to(tl.int32)
     g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh, mask=mask_g, other=0.0).to(tl.float32)
     ell = tl.load(log_decay_ptr + i_b * HV + i_hv, mask=mask_g, other=0.0)
     if C > 0:
@@ -142,7 +145,7 @@ def _deltalog_gdn_prepare_kernel(
     b_q = b_q * scale
     qk = tl.sum(b_q * b_k, axis=0)
     is_merge = L >= C
-    g_t = tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
+    g_t = tl.maximum(g_t, -104.0, propagate_nan=tl.PropagateNan.ALL)  # common.LOG_DECAY_FLOOR; NaN stays NaN
     ell = ell + g_t
     in_range = (L >= 0) & (L < C)  # a length outside [0, C] appends nothing
     # --- stores ---
@@ -150,7 +153,8 @@ def _deltalog_gdn_prepare_kernel(
         tl.store(ws + i_hk * K + offs_k, b_q, mask=mask_k)
         tl.store(ws + (HK + i_hk) * K + offs_k, b_k, mask=mask_k)
     if i_hk == 0:
-        tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
+        # the phase, as int32 bits (exact for any length), for the decode kernel (which must not read `length`)
+        tl.store(ws + WS - 1, L.to(tl.float32, bitcast=True))
     p_ws = ws + 2 * HK * K + i_hv * (3 * C + 2)  # [BG] coefficient block of each value head
     tl.store(p_ws, tl.exp(ell), mask=mask_g)
     tl.store(p_ws + 1, tl.zeros([BG], dtype=tl.float32) + qk, mask=mask_g)
@@ -253,7 +257,7 @@ def _deltalog_gdn_decode_kernel(
     if not RAW_QK:
         b_q = tl.load(ws + i_hk * K + offs_k, mask=mask_k, other=0.0)
         b_k = tl.load(ws + (HK + i_hk) * K + offs_k, mask=mask_k, other=0.0)
-    L = tl.load(ws + WS - 1).to(tl.int32)
+    L = tl.load(ws + WS - 1).to(tl.int32, bitcast=True)
     is_merge = L >= C
     p_ws = ws + 2 * HK * K + hv_r * (3 * C + 2)  # [R] coefficient block of each row's value head
     a = tl.load(p_ws)
@@ -398,6 +402,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     HV, V = v.shape[2], v.shape[3]
     if Hk == 0 or HV % Hk != 0:
         raise ValueError(f"the value heads HV = {HV} must be a positive multiple of the key heads Hk = {Hk} (GQA)")
+    check_dims(Hk=Hk, HV=HV, K=K, V=V)
     for name, t in (("g", g), ("beta", beta)):
         if tuple(t.shape) != (B, 1, HV):
             raise ValueError(f"{name} must be [B, 1, HV] = {(B, 1, HV)}; got {tuple(t.shape)}")
@@ -444,6 +449,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place, so it cannot be copied); it is not")
+    check_disjoint(named, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim (other strides are free); got strides {t.stride()}")
@@ -573,7 +579,9 @@ def fused_deltalog_gdn_decode(
         u_log: fp32 ``[B, HV, C, V]`` value-side factors ``u_i``; slot ``L`` written on append rows.
         decay_log: fp32 ``[B, HV, C]`` own log-decays ``λ_i`` of the entries' steps; slot ``L`` written on append
             rows.
-        length: int32/int64 ``[B]`` live entries ``L`` per row; set to ``L + 1`` (append) or 0 (merge).
+        length: int32/int64 ``[B]`` live entries ``L`` per row; set to ``L + 1`` (append) or 0 (merge). Outside
+            ``[0, C]`` (a caller's bug) the row does what the reference does, for any value: above C it merges,
+            below 0 it appends nothing.
         workspace: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 1]`` scratch (:func:`deltalog_gdn_workspace`); overwritten.
         scale: query scale; default ``K ** -0.5``.
         use_qk_l2norm_in_kernel: l2-normalise q and k (``x · rsqrt(Σx² + 1e-6)``) as transformers does.
@@ -592,7 +600,8 @@ def fused_deltalog_gdn_decode(
     Raises:
         TypeError: a wrong dtype (activations must be bf16/fp16/fp32, state buffers fp32, ``length`` int32/int64,
             ``workspace`` fp32) or a non-tensor argument.
-        ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, tensors on different devices or
+        ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, a zero head size or head count,
+            a buffer the step writes sharing memory with another argument, tensors on different devices or
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
             non-unit last-dim stride on q/k/v, or a bad launch option (``block_v``, ``num_warps``,
             ``prepare_warps``, ``heads_per_program``).

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, later_decay_sums
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, check_dims, check_step_buffers, later_decay_sums
 
 __all__ = [
     "l2norm",
@@ -245,14 +245,19 @@ def naive_deltalog_gdn_decode(
         ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
 
     Raises:
-        ValueError, TypeError: on inconsistent shapes or dtypes.
+        ValueError, TypeError: on inconsistent shapes or dtypes, a zero head size, or an in-place buffer that is
+            not contiguous or shares memory with another argument (checked before anything is written).
     """
     _check_heads(q, k, v, g, beta)
     B, T, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if T != 1:
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
+    check_dims(Hk=Hk, HV=HV, K=K, V=V)
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
+    check_step_buffers(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
+                            decay_log=decay_log, length=length),
+                       ("base", "log_decay", "k_log", "u_log", "decay_log", "length"))
     G = HV // Hk
     dt = base.dtype
     scale = K**-0.5 if scale is None else scale

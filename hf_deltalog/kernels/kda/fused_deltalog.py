@@ -41,6 +41,7 @@ from torch.library import wrap_triton
 from hf_deltalog.kernels._op import (
     check_launch_options, default_prepare_warps, interpreting, launch_device, register_decode_op,
 )
+from hf_deltalog.kernels.common import check_dims, check_disjoint
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
 
@@ -67,7 +68,9 @@ def _deltalog_kda_prepare_kernel(
     # output. With G = 1 (no GQA: Kimi-Linear) every load of the program precedes every store.
     b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    L = tl.load(length_ptr + i_b).to(tl.int32)
+    # A length above C merges and a negative one appends nothing, as in the reference; it is clamped before the
+    # int32 cast, so that an int64 length of 2**32 (or an int32 one of 2**31 - 1) still merges
+    L = tl.maximum(tl.minimum(tl.load(length_ptr + i_b), C + 1), -2147483648).to(tl.int32)
     if C > 0:
         offs_c = tl.arange(0, BC)
         mask_c = offs_c < C
@@ -91,7 +94,7 @@ def _deltalog_kda_prepare_kernel(
         if C > 0:
             p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
             lam_next = tl.load(p_next, mask=(offs_c[:, None] + 1 < C) & mask_k[None, :], other=0.0)  # λ_{i+1}
-        g_t = tl.maximum(g_t, -104.0)  # kernels.common.LOG_DECAY_FLOOR
+        g_t = tl.maximum(g_t, -104.0, propagate_nan=tl.PropagateNan.ALL)  # common.LOG_DECAY_FLOOR; NaN stays NaN
         ell = ell + g_t
         a = tl.exp(ell)
         p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
@@ -119,7 +122,8 @@ def _deltalog_kda_prepare_kernel(
 
     tl.store(ws + i_hk * K + offs_k, b_k, mask=mask_k)  # k̂, for the merge's k̂ uᵀ
     if i_hk == 0:
-        tl.store(ws + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel (which must not read `length`)
+        # the phase, as int32 bits (exact for any length), for the decode kernel (which must not read `length`)
+        tl.store(ws + WS - 1, L.to(tl.float32, bitcast=True))
     if C > 0:
         if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
             tl.store(k_log_ptr + (i_b * HK + i_hk) * (C * K) + L * K + offs_k, b_k, mask=mask_k)
@@ -145,7 +149,7 @@ def _deltalog_kda_decode_kernel(
     offs_v = i_v * BV + tl.arange(0, BV)
     mask_v = offs_v < V
 
-    L = tl.load(ws + WS - 1).to(tl.int32)
+    L = tl.load(ws + WS - 1).to(tl.int32, bitcast=True)
     is_merge = L >= C
     p_ws = ws + HK * K + i_hv * (3 * K + 1 + 2 * C)
     b_ak = tl.load(p_ws + offs_k, mask=mask_k, other=0.0)
@@ -232,6 +236,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     if Hk == 0 or v.dim() != 4 or v.shape[:2] != (B, 1) or v.shape[2] % Hk:
         raise ValueError(f"v must be [B, 1, HV, V] with B = {B} and HV a multiple of Hk = {Hk}; got {tuple(v.shape)}")
     HV, V = v.shape[2], v.shape[3]
+    check_dims(Hk=Hk, HV=HV, K=K, V=V)
     C = k_log.shape[2] if k_log.dim() == 4 else -1
     expect_base = (B, HV, V, K) if state_v_first else (B, HV, K, V)
     for name, t, shape in (("g", g, (B, 1, HV, K)), ("beta", beta, (B, 1, HV)), ("base", base, expect_base),
@@ -260,6 +265,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place)")
+    check_disjoint(named, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     for name in ("q", "k", "v", "g"):
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
@@ -354,7 +360,8 @@ def fused_deltalog_kda_decode(
         ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
 
     Raises:
-        TypeError, ValueError: wrong dtypes, shapes, devices, layouts (messages say what is accepted).
+        TypeError, ValueError: wrong dtypes, shapes, devices, layouts, a zero head size or head count, or a buffer
+            the step writes sharing memory with another argument (messages say what is accepted).
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)

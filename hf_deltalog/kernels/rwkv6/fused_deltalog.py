@@ -36,6 +36,8 @@ from hf_deltalog.kernels._op import (
     check_launch_options, decode_register_cap, default_prepare_warps, interpreting, launch_device,
     register_decode_op,
 )
+from hf_deltalog.kernels.common import check_dims, check_disjoint
+from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
 
@@ -59,10 +61,12 @@ def _deltalog_rwkv6_prepare_kernel(
     b_r = tl.load(r_ptr + i_b * stride_rb + i_h * stride_rh + offs_k, mask=mask_k, other=0.0).to(tl.float32) * scale
     b_k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     b_w = tl.load(w_ptr + i_b * stride_wb + i_h * stride_wh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    b_w = tl.maximum(b_w, -104.0)  # kernels.common.LOG_DECAY_FLOOR
+    b_w = tl.maximum(b_w, -104.0, propagate_nan=tl.PropagateNan.ALL)  # common.LOG_DECAY_FLOOR; NaN stays NaN
     b_u = tl.load(u_ptr + i_h * K + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0)  # ℓ̄ before this step
-    L = tl.load(length_ptr + i_b).to(tl.int32)
+    # A length above C merges and a negative one appends nothing, as in the reference; it is clamped before the
+    # int32 cast, so that an int64 length of 2**32 (or an int32 one of 2**31 - 1) still merges
+    L = tl.maximum(tl.minimum(tl.load(length_ptr + i_b), C + 1), -2147483648).to(tl.int32)
     # Every load before the first store, none waiting for L (the program is latency-bound): all C slots are read and
     # the stale ones (i ≥ L) zeroed by tl.where before any product, so whatever they hold cannot reach an output.
     if C > 0:
@@ -82,7 +86,8 @@ def _deltalog_rwkv6_prepare_kernel(
     tl.store(ws + 2 * K + offs_k, b_k, mask=mask_k)  # k, for the merge's k vᵀ
     tl.store(ws + 3 * K, tl.sum(b_r * b_u * b_k, axis=0))  # the bonus r̃·(u ⊙ k)
     if i_h == 0:
-        tl.store(ws_ptr + i_b * WS + WS - 1, L.to(tl.float32))  # the phase, for the decode kernel
+        # the phase, as int32 bits (exact for any length), for the decode kernel
+        tl.store(ws_ptr + i_b * WS + WS - 1, L.to(tl.float32, bitcast=True))
     if C > 0:
         live = (offs_c < L) & mask_c
         mask_ck = live[:, None] & mask_k[None, :]
@@ -122,7 +127,7 @@ def _deltalog_rwkv6_decode_kernel(
     offs_v = i_v * BV + tl.arange(0, BV)
     mask_v = offs_v < V
 
-    L = tl.load(ws_ptr + i_b * WS + WS - 1).to(tl.int32)
+    L = tl.load(ws_ptr + i_b * WS + WS - 1).to(tl.int32, bitcast=True)
     is_merge = L >= C
     b_ar = tl.load(ws + offs_k, mask=mask_k, other=0.0)
     if STATE_V_FIRST:
@@ -205,6 +210,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     if v.dim() != 4 or v.shape[:3] != (B, 1, H):
         raise ValueError(f"v must be [B, 1, H, V]; got {tuple(v.shape)}")
     V = v.shape[3]
+    check_dims(H=H, K=K, V=V)
     C = k_log.shape[2] if k_log.dim() == 4 else -1
     expect_base = (B, H, V, K) if state_v_first else (B, H, K, V)
     for name, t, shape in (("u", u, (H, K)), ("base", base, expect_base), ("log_decay", log_decay, (B, H, K)),
@@ -219,6 +225,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     for name in ("base", "log_decay", "decay_log", "workspace"):
         if named[name].dtype != torch.float32:
             raise TypeError(f"{name} must be float32; got {named[name].dtype}")
+    check_log_dtypes(k, v, k_log, v_log)
     if length.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
     if len({t.device for t in named.values()}) != 1:
@@ -228,6 +235,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     for name in ("u", "base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous")
+    check_disjoint(named, ("base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"))
     for name in ("r", "k", "v", "w"):
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
@@ -318,7 +326,10 @@ def fused_deltalog_rwkv6_decode(
         ``o`` ``[B, 1, H, V]`` in ``r.dtype``.
 
     Raises:
-        TypeError, ValueError: wrong dtypes, shapes, devices or layouts.
+        TypeError: wrong dtypes, including a key or value log narrower than its activation (it must be float32 or
+            the activation's dtype, which it stores losslessly).
+        ValueError: wrong shapes, devices or layouts, a zero head size or head count, or a buffer the step writes
+            sharing memory with another argument.
     """
     _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, later_decay_sums
+from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, check_dims, check_step_buffers, later_decay_sums
 
 __all__ = ["naive_deltalog_rwkv6_decode", "naive_deltalog_rwkv6_materialize", "naive_recurrent_rwkv6"]
 
@@ -105,6 +105,16 @@ def _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V):
     return C
 
 
+def check_log_dtypes(k: torch.Tensor, v: torch.Tensor, k_log: torch.Tensor, v_log: torch.Tensor) -> None:
+    """The key and value logs store ``k`` and ``v`` as they arrive, which is lossless only in their own dtype or in
+    float32 (or float64, for the references): a narrower log (bf16 for fp32 activations) would round every entry.
+    Raises ``TypeError``."""
+    for name, log, x in (("k_log", k_log, k), ("v_log", v_log, v)):
+        if log.dtype not in (x.dtype, torch.float32, torch.float64):
+            raise TypeError(f"{name} must be float32 or the dtype of its activation ({x.dtype}), which it stores "
+                            f"losslessly; got {log.dtype}")
+
+
 def _replay(extra, k_log, v_log, decay_log, length, dt):
     """``exp(ℓ̄ − Λ_i + extra) ⊙ k_i`` ``[B, H, C, K]`` and ``v_i`` ``[B, H, C, V]`` in ``dt``, zero for stale entries
     (``ℓ̄ − Λ_i`` from :func:`later_decay_sums`; ``extra`` ``[B, H, K]`` or None)."""
@@ -156,12 +166,19 @@ def naive_deltalog_rwkv6_decode(
         r, k, w: ``[B, 1, H, K]``; v: ``[B, 1, H, V]``; u: ``[H, K]``; the buffers as in
         :func:`naive_deltalog_rwkv6_materialize` (mutated). scale: default ``K ** -0.5``.
 
-    Returns ``o`` ``[B, 1, H, V]`` in ``r.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes.
+    Returns ``o`` ``[B, 1, H, V]`` in ``r.dtype``. Raises ValueError/TypeError on inconsistent shapes or
+    dtypes, a log narrower than its activation (:func:`check_log_dtypes`), a zero head size, or an in-place
+    buffer that is not contiguous or shares memory with another argument (checked before anything is written).
     """
     B, T, H, K, V = _check(r, k, v, w, u)
     if T != 1:
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
+    check_dims(H=H, K=K, V=V)
     C = _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V)
+    check_log_dtypes(k, v, k_log, v_log)
+    check_step_buffers(dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
+                            decay_log=decay_log, length=length),
+                       ("base", "log_decay", "k_log", "v_log", "decay_log", "length"))
     dt = base.dtype
     scale = K**-0.5 if scale is None else scale
     rf, kf, vf, wf = (x[:, 0].to(dt) for x in (r, k, v, w))
