@@ -276,7 +276,16 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     @property
     def is_croppable(self) -> bool:
-        """Always: ``crop`` is exact inside the log window and raises beyond it (it never rolls back partially)."""
+        """Whether ``crop(-1)`` would put this layer back exactly now (transformers: "whether crop can put the layer
+        back as it was"): the last token is still in the log and the conv window can be rebuilt (``crop_ring`` or
+        past recording). False on an empty layer, right after a merge or prefill, and without either source of conv
+        columns. ``crop`` itself is exact for any count inside the log window and raises beyond it."""
+        if self.base is None:
+            return False
+        try:
+            self.check_crop(1)
+        except ValueError:
+            return False
         return True
 
     # ------------------------------------------------------------------ transformers' layer API
@@ -983,12 +992,36 @@ class DeltaLogCache(DynamicCache):
         """
         self._status.check()
         held = int(self.get_seq_length())  # a device tensor for static attention layers (read before generate runs)
+        self._check_consistent(held)
         if held == 0:
             return
         _check_held_rows_continue(held, self._after_beams, expand)
         if input_ids is None:
             return
+        only_new = attention_mask is not None and attention_mask.shape[1] == held + input_ids.shape[1]
+        if not self._has_attention() and not only_new:
+            raise ValueError(
+                f"this DeltaLogCache holds {held} tokens of a model with no attention layers: transformers' generate "
+                "then feeds every id it is given into the cache (it cuts the cached prefix off only when some layer is "
+                "an attention layer), so the whole conversation would be consumed twice. Pass only the new tokens, "
+                f"with an attention mask over the {held} cached and the new ones"
+            )
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
+
+    def _check_consistent(self, held: int) -> None:
+        """Raise ValueError when the linear-attention layers disagree with one another or with ``held`` (what the
+        cache reports, and what generate cuts off the ids) on the tokens or rows they hold: a forward stopped
+        part-way (an exception or an interrupt inside the model) left the first layers advanced and the others not."""
+        seen = {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
+                for layer in self.deltalog_layers}
+        rows = {layer.batch_size for layer in self.deltalog_layers if layer.base is not None}
+        if len(set(seen.values()) | {held}) > 1 or len(rows) > 1:
+            detail = ", ".join(f"layer {i}: {n}" for i, n in seen.items())
+            raise ValueError(
+                f"this DeltaLogCache is inconsistent: it reports {held} tokens, its linear-attention layers hold "
+                f"{detail} (rows: {sorted(rows)}). An earlier forward stopped part-way through the model; call "
+                "cache.reset() (or build a new DeltaLogCache) and run the prompt again"
+            )
 
     def _check_room(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
                     max_new_tokens: int | None) -> None:

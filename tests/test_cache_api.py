@@ -268,6 +268,87 @@ def test_pure_linear_attention_config():
         assert torch.equal(full[:, 4:-1].argmax(-1), out[:, 5:])
 
 
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+def test_pure_linear_attention_continuation(family):
+    """No attention layer: transformers' generate cuts the cached prefix off the ids only when some layer is an
+    attention layer, so continuing with the whole conversation would feed it into the state a second time (found by a
+    breaker review: logits 0.69 off, no error). It is refused before anything changes; the other form (only the new
+    tokens, a mask over cached and new ones) continues exactly as one uncached run of the whole conversation."""
+    cfg = family_config(family, num_hidden_layers=2, layer_types=["linear_attention"] * 2)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model, merge_interval=3, backend="torch")
+    with torch.no_grad():
+        out = model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False)
+        new = prompt_ids(2, 3, seed=7)
+        with pytest.raises(ValueError, match="no attention layers"):
+            model.generate(torch.cat([out, new], 1), cache=cache, max_new_tokens=3, do_sample=False)
+        assert cache.get_seq_length() == 8  # unchanged
+        held = cache.get_seq_length()
+        mask = torch.ones(2, held + 1 + new.shape[1], dtype=torch.long)
+        cont = model.generate(torch.cat([out[:, -1:], new], 1), attention_mask=mask, cache=cache, max_new_tokens=3,
+                              do_sample=False, return_dict_in_generate=True, output_logits=True)
+        whole = torch.cat([out, new, cont.sequences[:, 1 + new.shape[1]:]], 1)
+        full = model(whole, use_cache=False).logits
+    k = cont.sequences.shape[1] - 1 - new.shape[1]  # generated tokens
+    ref = full[:, whole.shape[1] - k - 1:-1]
+    assert max_abs(torch.stack(cont.logits, 1), ref) < 1e-4
+
+
+def interrupt_once(model, layer_idx):
+    """Make the decoder layer ``layer_idx`` raise on its next call only (an exception, or Ctrl-C, inside a forward)."""
+    layer = model.model.layers[layer_idx]
+
+    def hook(module, args):
+        handle.remove()
+        raise RuntimeError("interrupted")
+
+    handle = layer.register_forward_pre_hook(hook)
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+@pytest.mark.parametrize("stop_at", [1, 2], ids=["before-an-attention-layer", "before-a-linear-layer"])
+def test_a_forward_interrupted_part_way_is_caught_at_the_next_generate(family, stop_at):
+    """An exception inside the model during prefill leaves the first layers advanced and the others not. Retrying
+    the same generate on that cache decoded from the half-filled state (logits 0.08-0.77 off; DynamicCache does the
+    same) or failed with transformers' "batch size is not consistent across layers: [2, -1]". Now the next generate
+    raises a ValueError naming cache.reset(), and after reset() the retry matches a fresh cache."""
+    model = tiny_model(family)
+    kinds = ["linear_attention" if isinstance(layer, DeltaLogLayer) else "attention"
+             for layer in DeltaLogCache(model).layers]
+    assert kinds[:3] == ["linear_attention", "attention", "linear_attention"], kinds  # what the ids say
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, backend="torch")
+    interrupt_once(model, stop_at)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+        model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    cache.reset()
+    fresh = DeltaLogCache(model, backend="torch")
+    assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False),
+                       model.generate(ids, cache=fresh, max_new_tokens=3, do_sample=False))
+
+
+def test_is_croppable_says_whether_crop_would_work():
+    """transformers reads ``is_croppable`` as "crop can put the cache back as it was"; it was always True. Now it is
+    True exactly when crop(-1) succeeds: a decoded token in the log and a way to rebuild the conv window."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    plain, ring = DeltaLogCache(model, merge_interval=4), DeltaLogCache(model, merge_interval=4, crop_ring=True)
+    for cache in (plain, ring):
+        assert not cache.is_croppable  # empty
+        first = forward(model, ids, cache)
+        assert not cache.is_croppable  # right after the prefill: nothing in the log
+        decode(model, cache, first, 1)
+    assert not plain.is_croppable  # a token in the log, but no conv columns to rebuild the window
+    with pytest.raises(ValueError):
+        plain.crop(-1)
+    assert ring.is_croppable
+    ring.crop(-1)
+
+
 # ---------------------------------------------------------------------------------------------- batch ops
 def test_reorder_cache_keeps_the_generate_check_in_step():
     model = tiny_model("qwen3_5")
