@@ -1012,26 +1012,26 @@ class DeltaLogCache(DynamicCache):
         """Raise ValueError when the linear-attention layers disagree with one another or with ``held`` (what the
         cache reports, and what generate cuts off the ids) on the tokens or rows they hold: a forward stopped
         part-way (an exception or an interrupt inside the model) left the first layers advanced and the others not."""
-        seen = {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
-                for layer in self.deltalog_layers}
-        rows = {layer.batch_size for layer in self.deltalog_layers if layer.base is not None}
-        if len(set(seen.values()) | {held}) > 1 or len(rows) > 1:
-            detail = ", ".join(f"layer {i}: {n}" for i, n in seen.items())
-            raise ValueError(
-                f"this DeltaLogCache is inconsistent: it reports {held} tokens, its linear-attention layers hold "
-                f"{detail} (rows: {sorted(rows)}). An earlier forward stopped part-way through the model; call "
-                "cache.reset() (or build a new DeltaLogCache) and run the prompt again"
-            )
+        check_layers_agree(held, {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
+                                  for layer in self.deltalog_layers},
+                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None})
 
     def _check_room(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
-                    max_new_tokens: int | None) -> None:
+                    max_new_tokens: int | None, max_length: int | None = None) -> None:
         """Called (through the patch) when ``generate`` starts: in static mode, raise ValueError when the attention
         slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the held and new prompt
-        tokens and ``max_new_tokens − 1`` generated ones (the last generated token is never fed). Nothing to check
-        outside static mode, without ids, or when the call bounds its length otherwise (``max_length``)."""
-        if not self.static or input_ids is None or max_new_tokens is None:
+        tokens and ``max_new_tokens − 1`` generated ones (the last generated token is never fed). Without
+        ``max_new_tokens`` the call's ``max_length`` (transformers' default 20, prompt included) bounds it, as in
+        generate. Nothing to check outside static mode or without ids."""
+        if not self.static or input_ids is None:
             return
         held, T = int(self.get_seq_length()), input_ids.shape[1]
+        if max_new_tokens is None:
+            if max_length is None:
+                return
+            max_new_tokens = int(max_length) - T  # generate's own rule: max_length counts the ids it was given
+            if max_new_tokens < 1:
+                return  # generate generates nothing (and says so)
         only_new = held > 0 and attention_mask is not None and attention_mask.shape[1] != T
         need = (held + T if only_new else T) + int(max_new_tokens) - 1
         if need > self.max_cache_len:
@@ -1052,6 +1052,20 @@ class DeltaLogCache(DynamicCache):
             self._ledger = consumed
         else:
             self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later
+
+
+def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int]) -> None:
+    """Raise ValueError unless every layer in ``tokens`` (layer index → tokens it holds) holds ``held`` tokens and the
+    allocated layers hold one number of ``rows``: otherwise a forward stopped part-way through the model (an
+    exception or an interrupt) and the layers that ran hold more than the others. Shared by :class:`DeltaLogCache`
+    and the FLA cache."""
+    if len(set(tokens.values()) | {held}) > 1 or len(rows) > 1:
+        detail = ", ".join(f"layer {i}: {n}" for i, n in tokens.items())
+        raise ValueError(
+            f"this DeltaLogCache is inconsistent: it reports {held} tokens, its layers hold {detail} (rows: "
+            f"{sorted(rows)}). An earlier forward stopped part-way through the model; call cache.reset() (or build a "
+            "new DeltaLogCache) and run the prompt again"
+        )
 
 
 def _check_held_rows_continue(held: int, after_beams: bool, expand: int) -> None:

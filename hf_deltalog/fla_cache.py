@@ -51,6 +51,7 @@ from hf_deltalog.cache import (
     _check_merge_interval,
     _Status,
     check_beam_idx,
+    check_layers_agree,
     check_row_indices,
 )
 from hf_deltalog.kernels._op import interpreting
@@ -649,6 +650,10 @@ class FLADeltaLogCache(FLACache):
         tokens with a mask over cached and new ones (as :meth:`DeltaLogCache._before_generate`)."""
         self._shared.status.check()
         held = self.get_seq_length()
+        # every layer of the model (attention ones too) counts its tokens; a layer not created yet holds none
+        check_layers_agree(held, {i: self.layers[i].get_seq_length() if i < len(self.layers) else 0
+                                  for i in range(len(self._linear))},
+                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None})
         if held == 0:
             return
         _check_held_rows_continue(held, self._after_beams, expand)

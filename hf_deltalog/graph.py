@@ -45,6 +45,20 @@ def _top2_margin(logits: torch.Tensor) -> torch.Tensor:
     return top[:, 0] - top[:, 1]
 
 
+def _token_ids(value: Any, name: str) -> list[int]:
+    """An ``eos_token_id`` as generate takes it (an int, a list of ints, a tensor of them, or None) as a list."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    values = [] if value is None else [value] if isinstance(value, int) else value
+    try:
+        values = list(values)
+    except TypeError:
+        values = [values]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise TypeError(f"{name} must be an int, a list of ints or a tensor of them; got {value!r}")
+    return values
+
+
 def max_cache_len_of(cache: Any) -> int:
     """Attention slots per row of a static cache (the ``max_cache_len`` of its static attention layers).
 
@@ -97,6 +111,7 @@ class GraphDecoder:
     Raises:
         ValueError: a dynamic cache, ``capture=True`` without CUDA or with the model on several devices, EOS without a
             pad token.
+        TypeError: an ``eos_token_id`` that is not an int, a list of ints or a tensor of them.
     """
 
     def __init__(self, model, cache, *, capture: bool | str = "auto", warmup_steps: int = 2,
@@ -120,7 +135,7 @@ class GraphDecoder:
         self.capture_graph = bool(capture)
         self.warmup_steps = max(int(warmup_steps), 1) if self.capture_graph else 0
         self.device = device
-        eos = [] if eos_token_id is None else ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
+        eos = _token_ids(eos_token_id, "eos_token_id")
         if eos and pad_token_id is None:
             raise ValueError("eos_token_id needs a pad_token_id (finished rows emit it, as generate does)")
         self.eos = torch.tensor(eos, dtype=torch.long, device=device) if eos else None
@@ -142,13 +157,23 @@ class GraphDecoder:
         their state across chunks). Returns the first generated token ``[B]``.
 
         Raises:
-            ValueError: ``max_new_tokens`` is not an int of at least 1, the cache already holds tokens (call
-                ``cache.reset()`` first: prefill fills it from empty), the cache holds fewer than
-                ``T + max_new_tokens`` slots, or a graph was captured for another batch size.
+            ValueError: ``max_new_tokens`` is not an int of at least 1, ``prefill_chunk`` is neither None nor an int
+                of at least 1, an empty prompt, the cache already holds tokens (call ``cache.reset()`` first:
+                prefill fills it from empty) or is inconsistent (a forward stopped part-way filled some of its
+                layers), the cache holds fewer than ``T + max_new_tokens`` slots, or a graph was captured for
+                another batch size.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
+        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
+                                          or prefill_chunk < 1):
+            raise ValueError(f"prefill_chunk must be None or an int of at least 1; got {prefill_chunk!r}")
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids must be [B, T] with T ≥ 1; got shape {tuple(input_ids.shape)}")
         held = int(self.cache.get_seq_length())  # one host read per prompt batch, never per step
+        check = getattr(self.cache, "_check_consistent", None)
+        if check is not None:  # a DeltaLogCache: its linear-attention layers must agree with that count (an
+            check(held)        # interrupted prefill fills the first layers only, and the count reads attention ones)
         if held:
             raise ValueError(f"the cache already holds {held} tokens per row, and prefill fills it from empty: call "
                              "cache.reset() before the next prompt batch (or build a new cache)")
@@ -162,7 +187,7 @@ class GraphDecoder:
         input_ids = input_ids.to(dev)
         mask = torch.ones(B, T, dtype=torch.long, device=dev) if attention_mask is None else attention_mask.to(dev)
         position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        chunk = T if not prefill_chunk else int(prefill_chunk)
+        chunk = T if prefill_chunk is None else prefill_chunk
         for start in range(0, T, chunk):
             end = min(T, start + chunk)
             kw = {self._cache_kw: self.cache}
@@ -264,7 +289,14 @@ class GraphDecoder:
         return self.eos is not None and not bool(self.unfinished.any())
 
     def sequences(self, steps: int) -> torch.Tensor:
-        """Prompt plus the first ``steps`` generated tokens: ``[B, T + steps]``."""
+        """Prompt plus the first ``steps`` generated tokens: ``[B, T + steps]``.
+
+        Raises:
+            ValueError: before :meth:`prefill`, or ``steps`` outside ``[0, tokens generated so far]``."""
+        if self._prompt is None:
+            raise ValueError("call prefill() before sequences()")
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= self._steps:
+            raise ValueError(f"steps must be an int in [0, {self._steps}] (the tokens generated so far); got {steps!r}")
         return torch.cat([self._prompt, self.tokens[:, :steps]], dim=1)
 
 
@@ -298,13 +330,14 @@ def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         ValueError: see :class:`GraphDecoder` and :meth:`GraphDecoder.prefill`.
     """
     config = model.generation_config
-    if eos_token_id == "config":
+    if isinstance(eos_token_id, str) and eos_token_id == "config":
         eos_token_id = config.eos_token_id
-    if pad_token_id == "config":
+    eos = _token_ids(eos_token_id, "eos_token_id")
+    if isinstance(pad_token_id, str) and pad_token_id == "config":
         pad_token_id = config.pad_token_id
-        if pad_token_id is None and eos_token_id is not None:
-            pad_token_id = eos_token_id if isinstance(eos_token_id, int) else list(eos_token_id)[0]
-    dec = GraphDecoder(model, cache, capture=capture, warmup_steps=warmup_steps, eos_token_id=eos_token_id,
+        if pad_token_id is None and eos:
+            pad_token_id = eos[0]
+    dec = GraphDecoder(model, cache, capture=capture, warmup_steps=warmup_steps, eos_token_id=eos or None,
                        pad_token_id=pad_token_id)
     dec.prefill(input_ids, attention_mask, max_new_tokens=max_new_tokens, prefill_chunk=prefill_chunk)
     steps = 1

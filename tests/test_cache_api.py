@@ -191,6 +191,25 @@ def test_static_generate_refuses_more_tokens_than_max_cache_len():
     assert int(cache.get_seq_length()) == 9
 
 
+@pytest.mark.parametrize("length_kw", [dict(max_length=20), dict()], ids=["max_length", "default-max_length"])
+def test_static_generate_bounded_by_max_length_is_checked_too(length_kw):
+    """Without max_new_tokens, generate's max_length (20 by default, prompt included) bounds the call: a static cache
+    too small for it was not checked and failed with an IndexError inside the attention layer after the linear
+    layers had advanced. It is refused before anything changes; one that fits (max_length - 1 slots) matches."""
+    model = tiny_model("qwen3_5")
+    model.generation_config.max_length = 20  # transformers' default, whatever the tiny config says
+    ids, kw = prompt_ids(2, 6, seed=3), dict(do_sample=False, eos_token_id=None)
+    small = DeltaLogCache(model, static=True, max_cache_len=12)
+    with pytest.raises(ValueError, match=r"holds 12 tokens per row \(max_cache_len\), but this generate call feeds it "
+                                         r"up to 19"):
+        model.generate(ids, cache=small, **length_kw, **kw)
+    assert int(small.get_seq_length()) == 0
+    fits = DeltaLogCache(model, static=True, max_cache_len=19)
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, cache=fits, **length_kw, **kw),
+                           model.generate(ids, **length_kw, **kw))
+
+
 def test_static_batch_size_mismatch_with_an_attention_layer_first():
     """Static mode, attention before linear attention (the first layer to see the batch is transformers'
     StaticLayer): another batch size is refused before any length advances; after reset() it is served."""

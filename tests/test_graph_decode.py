@@ -302,3 +302,67 @@ def test_recorded_margins_are_the_top2_gaps_of_generate():
     assert torch.equal(dec.sequences(N), ref.sequences)
     assert dec.margins.shape == (3, N) and (dec.margins >= 0).all()
     torch.testing.assert_close(dec.margins, gaps, rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_refuses_a_cache_half_filled_by_an_interrupted_forward():
+    """An exception inside layer 1 (attention) during prefill leaves linear layer 0 holding the prompt while the
+    attention layers, which the count reads, hold nothing: graph_generate then decoded on top of the stale state
+    (17 of 24 tokens differed; transformers' StaticCache does the same). It now raises the inconsistency."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    cache = make_cache("deltalog", model, 32)
+    handle = None
+
+    def hook(module, args):
+        handle.remove()
+        raise RuntimeError("interrupted")
+
+    handle = model.model.layers[1].register_forward_pre_hook(hook)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        graph_generate(model, ids, cache=cache, max_new_tokens=4, capture=False)
+    assert int(cache.get_seq_length()) == 0
+    with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+        graph_generate(model, ids, cache=cache, max_new_tokens=4, capture=False)
+    cache.reset()
+    out = graph_generate(model, ids, cache=cache, max_new_tokens=4, capture=False, eos_token_id=None)
+    assert torch.equal(out.sequences, model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_prefill_chunk_must_be_a_positive_int(bad):
+    """prefill_chunk=-1 failed with an UnboundLocalError and 2.5 was silently truncated to 2."""
+    model = tiny_model("qwen3_5")
+    with pytest.raises(ValueError, match="prefill_chunk must be None or an int of at least 1"):
+        graph_generate(model, prompt_ids(2, 6), cache=make_cache("deltalog", model, 32), max_new_tokens=2,
+                       capture=False, prefill_chunk=bad)
+
+
+def test_empty_prompt_and_sequences_out_of_range_are_refused():
+    """An empty prompt failed inside range(); sequences(10) after 3 generated tokens silently returned 3."""
+    model = tiny_model("qwen3_5")
+    cache = make_cache("deltalog", model, 32)
+    dec = GraphDecoder(model, cache, capture=False)
+    with pytest.raises(ValueError, match="T ≥ 1"):
+        dec.prefill(torch.zeros(2, 0, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(ValueError, match="call prefill"):
+        dec.sequences(1)
+    dec.prefill(prompt_ids(2, 6), max_new_tokens=3)
+    dec.step()
+    assert dec.sequences(2).shape == (2, 8)
+    for bad in (3, -1, 1.0):
+        with pytest.raises(ValueError, match=r"steps must be an int in \[0, 2\]"):
+            dec.sequences(bad)
+
+
+def test_eos_token_id_as_a_tensor_is_accepted():
+    """generate takes eos_token_id as a tensor; graph_generate failed with "iteration over a 0-d tensor"."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    ref = graph_generate(model, ids, cache=make_cache("deltalog", model, 32), max_new_tokens=6, capture=False,
+                         eos_token_id=[3], pad_token_id=0).sequences
+    for eos in (torch.tensor(3), torch.tensor([3]), 3):
+        out = graph_generate(model, ids, cache=make_cache("deltalog", model, 32), max_new_tokens=6, capture=False,
+                             eos_token_id=eos, pad_token_id=0).sequences
+        assert torch.equal(out, ref)
+    with pytest.raises(TypeError, match="eos_token_id must be"):
+        GraphDecoder(model, make_cache("deltalog", model, 32), capture=False, eos_token_id=[2.5], pad_token_id=0)

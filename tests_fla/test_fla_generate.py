@@ -163,3 +163,31 @@ def test_beam_search_cache_and_expanded_continuation_are_refused(family):
     second = generate_ours(model, turn2, cache, max_new_tokens=3, **GREEDY)  # the cache is still usable
     ref, _ = generate_ref(model, turn2, max_new_tokens=3, **GREEDY)
     assert torch.equal(second.sequences, ref.sequences)
+
+
+@pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
+def test_a_forward_interrupted_part_way_is_caught_at_the_next_generate(family):
+    """An exception inside layer 1 during prefill leaves layer 0 holding the prompt and layer 1 nothing. FLA's own
+    Cache then continues from that half-filled state (logits 0.64 off a clean run for GDN) and so did this cache,
+    through the only-new-tokens form; the same call retried was refused with a message about continuation. Now every
+    form is refused with a ValueError naming cache.reset(), and after reset() the cache matches FLA's."""
+    model = tiny_model(family, layers=2)
+    ids = prompt_ids(2, 4, seed=8)
+    cache = DeltaLogCache(model, merge_interval=3)
+    layer = model.model.layers[1]
+
+    def hook(module, args):
+        handle.remove()
+        raise RuntimeError("interrupted")
+
+    handle = layer.register_forward_pre_hook(hook)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
+    new = prompt_ids(2, 2, seed=9)
+    for args, kw in (((ids,), {}), ((new,), dict(attention_mask=torch.ones(2, 4 + 2, dtype=torch.long)))):
+        with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+            generate_ours(model, *args, cache, max_new_tokens=3, do_sample=False, **kw)
+    cache.reset()
+    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
+    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)

@@ -202,7 +202,7 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         cache._before_generate(ids, kwargs.get("attention_mask"), expand=expand)
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
         if check_room is not None:
-            check_room(ids, kwargs.get("attention_mask"), option("max_new_tokens", None))
+            check_room(ids, kwargs.get("attention_mask"), option("max_new_tokens", None), option("max_length", None))
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
         out = run(upstream, self, inputs, *args, **kwargs) if run else upstream(self, inputs, *args, **kwargs)
         cache._after_generate(out, beams=num_beams > 1)
