@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 from hf_deltalog.harness import CachedHFLM  # noqa: E402
+from hf_deltalog.interpreter import hide_fla_on_cpu  # noqa: E402
 
 CHECKPOINTS = {"gdn-shakespeare": 8, "kda-shakespeare": 4}
 
@@ -47,6 +48,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
+    hide_fla_on_cpu(a.device)  # both checkpoints are transformers models (see hf_deltalog.interpreter)
     docs = [json.loads(line) for line in (HERE / "tasks" / "shakespeare" / "shakespeare_test.jsonl").open()][:a.docs]
     rows = {}
     for name, M in CHECKPOINTS.items():

@@ -27,6 +27,7 @@ from utils import FAMILIES, max_abs, prompt_ids, rel_err, tiny_model  # noqa: E4
 
 import hf_deltalog  # noqa: E402
 from hf_deltalog import DeltaLogCache  # noqa: E402
+from hf_deltalog.interpreter import hide_fla_on_cpu  # noqa: E402
 
 
 def run(family: str, dtype: torch.dtype, merge_interval: int, new_tokens: int) -> dict:
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "cache_parity.json")
     args = parser.parse_args()
+    hide_fla_on_cpu("cpu")  # transformers' own models on the CPU (see hf_deltalog.interpreter)
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     rows = [run(f, dt, m, args.new_tokens) for f in args.families for dt in (torch.float32, torch.bfloat16)

@@ -1,19 +1,22 @@
 """How close DeltaLog's fp32 decode stays to float64 when the per-step log-decays mix rare strong decays ("spikes")
 with weak ones, against the dense fp32 recurrence: the three PyTorch references, one row per operator and decay kind.
 
-DeltaLog keeps, per entry ``i`` of the log, the cumulative log-decay ``Λ_i`` since the last merge, and replays the
-entry with the factor ``exp(ℓ̄ − Λ_i)`` (``hf_deltalog/kernels/*/naive.py``; the Triton kernels compute the same).
-``ℓ̄`` and ``Λ_i`` are fp32 running sums: after a strong decay (a log-decay of −20 … −80 in one step) both carry an
-absolute rounding error of about ``|ℓ̄|·2⁻²⁴``, and their difference, the small log-decay of the steps after the spike,
-inherits it. The dense recurrence multiplies by ``exp(g_t)`` one step at a time and has no such cancellation. With
-weak decays only (the ``smooth`` rows, the benchmarks' inputs) the two errors are alike.
+Why: an earlier representation kept, per entry ``i`` of the log, the cumulative log-decay ``Λ_i`` since the last merge
+and replayed the entry with ``exp(ℓ̄ − Λ_i)`` of two fp32 running sums. After a strong decay (a log-decay of −20 … −80
+in one step) both carried an absolute rounding error of about ``|ℓ̄|·2⁻²⁴``, which their difference, the small
+log-decay of the steps after the spike, inherited (10–15× the dense recurrence's error). Since 2026-11-30 each entry
+keeps its own step's log-decay and ``ℓ̄ − Λ_i`` is summed over the later entries from the newest backwards
+(``hf_deltalog.kernels.common.later_decay_sums``; the Triton kernels compute the same), so DeltaLog stays within about
+the dense recurrence's error; this script is the check. The dense recurrence multiplies by ``exp(g_t)`` one step at a
+time. With weak decays only (the ``smooth`` rows, the benchmarks' inputs) the two errors are alike.
 
 For each operator (GDN: scalar decay per head; KDA and RWKV6: a decay per key channel) and decay kind, T decode steps
 (B = 4, Hk = 2, HV = 4 for GDN/KDA, H = 2 for RWKV6, K = 16, V = 8, M = 8), reports the largest output error relative
 to the float64 dense recurrence's largest output, for the dense fp32 recurrence and for DeltaLog's fp32 decode, and
-their ratio. Fixed seeds; CPU; a few seconds.
+their ratio. Fixed seeds; CPU; a few seconds (the Triton kernels need ``TRITON_INTERPRET=1`` on a CPU: ~2 min).
 
     python eval/decay_spike_precision.py [--steps 48] [--out eval/results/decay_spike_precision.json]
+    TRITON_INTERPRET=1 python eval/decay_spike_precision.py --backends torch triton
 """
 
 from __future__ import annotations

@@ -95,15 +95,17 @@ def _choice_gap(scores: list[float]) -> float | None:
     return top[0] - top[1] if len(top) == 2 else None
 
 
-def explain_metric_flip(x: dict, y: dict, metric_keys: list[str]) -> dict:
+def explain_metric_flip(x: dict, y: dict, metric_keys: list[str], target_delimiter: str = " ") -> dict:
     """A document whose per-document metric differs between the runs (a multiple-choice pick that changed): both runs'
     per-choice log-likelihoods, the gap between the two best choices in each run, for ``acc`` on the raw
     log-likelihoods and for ``acc_norm`` on the log-likelihoods divided by each choice's length in characters (as
-    lm-eval normalises; lengths of the continuations as scored, leading delimiter included), and whether the flip is a
-    near tie: both gaps no larger than twice the document's largest per-choice |ΔLL| (so normalised) - a pick can only
-    change when the two best choices are closer than the two runs' scores can differ."""
+    lm-eval 0.4 normalises: the length of the choice itself, i.e. the scored continuation without the task's
+    ``target_delimiter``), and whether the flip is a near tie: both gaps no larger than twice the document's largest
+    per-choice |ΔLL| (so normalised) - a pick can only change when the two best choices are closer than the two runs'
+    scores can differ."""
     la, lb = _loglikelihoods(x), _loglikelihoods(y)
     conts = [a[1] if isinstance(a, (list, tuple)) and len(a) > 1 else "" for a in x["arguments"]]
+    conts = [c[len(target_delimiter):] if target_delimiter and c.startswith(target_delimiter) else c for c in conts]
     d = max((abs(p - q) for p, q in zip(la, lb)), default=0.0)
     flips = {k: dict(default=x.get(k), deltalog=y.get(k)) for k in metric_keys if x.get(k) != y.get(k)}
     gaps = {}
@@ -133,6 +135,7 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
     n_gen = n_same = 0
     ll_pairs, differing, flipped = [], [], []
     first = next(iter(sa.values()), {})  # per-document metrics are sample keys without the filter ("acc,none" → "acc")
+    delimiter = (default.get("configs", {}).get(task) or {}).get("target_delimiter", " ")  # lm-eval's default: " "
     doc_metric_keys = sorted({k.split(",")[0] for k in ma if isinstance(first.get(k.split(",")[0]), (int, float))})
     for key, x in sa.items():
         y = sb[key]
@@ -148,7 +151,7 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
         la, lb = _loglikelihoods(x), _loglikelihoods(y)
         ll_pairs += [(abs(p - q), x["doc_id"], i, p, q) for i, (p, q) in enumerate(zip(la, lb))]
         if la and any(x.get(k) != y.get(k) for k in doc_metric_keys):
-            flipped.append(explain_metric_flip(x, y, doc_metric_keys))
+            flipped.append(explain_metric_flip(x, y, doc_metric_keys, delimiter))
     return dict(
         task=task, documents=len(sa), metrics=metrics, metrics_identical=all(m["identical"] for m in metrics.values()),
         generations=n_gen, generations_identical=n_same, generations_identical_fraction=n_same / n_gen if n_gen else None,
@@ -204,6 +207,24 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
         if on_task is not None:
             on_task(out)
     return out
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 1; got {text}")
+    return value
+
+
+def _is_fla_checkpoint(pretrained: str) -> bool:
+    """Whether a local checkpoint's ``model_type`` is not a transformers one (flash-linear-attention's models);
+    hub ids and folders without a config count as transformers models."""
+    config = Path(pretrained) / "config.json"
+    if not config.exists():
+        return False
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return json.loads(config.read_text()).get("model_type") not in CONFIG_MAPPING_NAMES
 
 
 def _import_model_library(pretrained: str) -> None:
@@ -278,7 +299,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pretrained", nargs="+", required=True, help="checkpoint directories (or hub ids)")
     parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
-    parser.add_argument("--limit", type=int, default=None, help="documents per task (default: all)")
+    parser.add_argument("--limit", type=_positive_int, default=None, help="documents per task (default: all)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
@@ -286,15 +307,32 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--out", type=Path, default=None, help="folder for parity.json and parity.md")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
-    parser.add_argument("--fla-kernels", default="fla", choices=["fla", "torch"],
+    parser.add_argument("--fla-kernels", default="auto", choices=["auto", "fla", "torch"],
                         help="FLA RWKV6 checkpoints: 'fla' runs FLA's Triton kernels (under TRITON_INTERPRET=1 on a "
                              "CPU: minutes per document); 'torch' runs FLA's own PyTorch references in their place, "
                              "for both runs (eval/train_tiny.py rwkv6_kernels): a CPU parity of many documents. "
-                             "DeltaLogCache's decode is the same either way (its backend: --backend)")
+                             "'auto' (default): 'torch' on a CPU without TRITON_INTERPRET=1 (where FLA's kernels "
+                             "cannot run), else 'fla'. DeltaLogCache's decode is the same either way (its backend: "
+                             "--backend)")
     args = parser.parse_args(argv)
 
-    import lm_eval
     import torch
+
+    from hf_deltalog.interpreter import hide_fla_on_cpu, interpreting
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cpu_only = torch.device(device).type == "cpu" and not interpreting()
+    fla_ckpts = [p for p in args.pretrained if _is_fla_checkpoint(p)]
+    if cpu_only and fla_ckpts and len(fla_ckpts) < len(args.pretrained):
+        raise SystemExit(
+            f"on a CPU without TRITON_INTERPRET=1, run flash-linear-attention checkpoints ({', '.join(fla_ckpts)}) and "
+            "transformers ones in separate calls: transformers' GDN / KDA layers need FLA hidden there (its kernels "
+            "need a GPU), while FLA's own models need FLA importable")
+    fla_hidden = cpu_only and not fla_ckpts and hide_fla_on_cpu(device)
+    if args.fla_kernels == "auto":
+        args.fla_kernels = "torch" if cpu_only else "fla"
+
+    import lm_eval
     import transformers
     from lm_eval.tasks import TaskManager
 
@@ -305,7 +343,6 @@ def main(argv: list[str] | None = None) -> dict:
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.logging.set_verbosity_error()
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     local = {p.stem for p in LOCAL_TASKS.rglob("*.yaml")}
     manager = TaskManager(include_path=str(LOCAL_TASKS), include_defaults=not set(args.tasks) <= local)
     t0 = time.perf_counter()
@@ -318,7 +355,8 @@ def main(argv: list[str] | None = None) -> dict:
                 platform.processor() or platform.machine(), dtype=args.dtype, batch_size=args.batch_size,
                 limit=args.limit, merge_interval=args.merge_interval, backend=args.backend,
                 torch=torch.__version__, transformers=transformers.__version__, lm_eval=lm_eval.__version__,
-                fla=fla_version, hf_deltalog=hf_deltalog.__version__, python=platform.python_version())
+                fla=fla_version, fla_hidden_from_transformers=bool(fla_hidden), hf_deltalog=hf_deltalog.__version__,
+                python=platform.python_version())
     checkpoints: list[dict] = []
 
     def write(current: dict | None, complete: bool) -> dict:
@@ -332,7 +370,7 @@ def main(argv: list[str] | None = None) -> dict:
         return report
 
     kernels = contextlib.nullcontext()
-    if args.fla_kernels == "torch":
+    if args.fla_kernels == "torch" and fla_ckpts:  # (no FLA model: nothing to swap, and FLA may be hidden)
         sys.path.insert(0, str(HERE))
         from train_tiny import rwkv6_kernels
 
@@ -348,6 +386,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(table(report))
     if args.out:
         print(f"wrote {args.out / 'parity.json'} and {args.out / 'parity.md'}")
+    skipped = {f"{Path(ck['checkpoint']).name}: {task}" for ck in report["checkpoints"] for task in ck["skipped"]}
+    if skipped:
+        # the report is written; a task that could not load (a typo, no data offline) must not pass as a success
+        raise SystemExit(f"{len(skipped)} task(s) skipped (see the report): {', '.join(sorted(skipped))}")
     return report
 
 

@@ -21,6 +21,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_deltalog import DeltaLogCache
+from hf_deltalog.interpreter import hide_fla_on_cpu
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "eval" / "checkpoints" / "gdn-shakespeare"
 PROMPTS = [
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: 8 for GDN)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
+    hide_fla_on_cpu(args.device)  # with the `fla` extra on a CPU: transformers' PyTorch paths (hf_deltalog.interpreter)
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.logging.set_verbosity_error()
 

@@ -737,10 +737,13 @@ class DeltaLogCache(DynamicCache):
         if backend == "triton" and _triton_kernels(spec.operator) is None:
             raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
                              "use backend='auto' or 'torch'")
+        for name, flag in (("static", static), ("crop_ring", crop_ring)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False; got {flag!r}")
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type
-        self.static = bool(static)
+        self.static = static
         if self.static:
             if isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int) or max_cache_len < 1:
                 raise ValueError(f"static=True needs max_cache_len, a positive int (prompt + new tokens); got "
@@ -879,15 +882,17 @@ class DeltaLogCache(DynamicCache):
         """Dense logical state of linear-attention layer ``layer_idx``: ``[B, HV, K, V]`` fp32 (a new tensor).
 
         Raises:
-            ValueError: not a DeltaLog layer, or no state yet.
+            TypeError: ``layer_idx`` is not an int. ValueError: no such layer, not a DeltaLog layer, or no state yet.
         """
+        check_layer_index(layer_idx)
         layer = self._layer(layer_idx, in_forward=False)
         if not isinstance(layer, DeltaLogLayer):
             raise ValueError(f"layer {layer_idx} is a {type(layer).__name__}, not a linear-attention layer")
         return layer.materialize()
 
     def memory_footprint(self) -> int:
-        """Bytes held by every cache tensor: KV of attention layers, conv states, bases, logs and counters."""
+        """Bytes held by the cache's state tensors: KV of attention layers, conv states, bases, logs, workspaces and
+        counters (not the ids generate's continuation check keeps, ``[B, T]`` int64 on the ids' device)."""
         seen: set[int] = set()
         total = 0
 
@@ -908,19 +913,9 @@ class DeltaLogCache(DynamicCache):
         return total
 
     def memory_breakdown(self) -> dict[str, int]:
-        """Bytes of the linear-attention layers' buffers by role, summed over layers (0 before the first prefill):
-
-        ``state`` (the dense fp32 bases: what the default cache keeps as recurrent states), ``log`` (log factors,
-        decay snapshots, cumulative decays, lengths), ``workspace`` (Triton kernel scratch),
-        ``crop_ring`` (pre-conv columns kept for ``crop``; 0 unless ``crop_ring=True``). The log overhead of the
-        memory budget (at most 15 % at the default merge intervals) is ``(log + workspace) / state``.
-        """
-        roles = dict(base="state", workspace="workspace", conv_ring="crop_ring", conv_pos="crop_ring")
-        out = dict(state=0, log=0, workspace=0, crop_ring=0)
-        for layer in self.deltalog_layers:
-            for name, t in layer._tensors().items():
-                out[roles.get(name, "log")] += t.numel() * t.element_size()
-        return out
+        """Bytes of the linear-attention layers' buffers by role, summed over layers (0 before the first prefill): see
+        :func:`memory_breakdown_of`."""
+        return memory_breakdown_of(self.deltalog_layers)
 
     # ------------------------------------------------------------------ lengths
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -969,6 +964,8 @@ class DeltaLogCache(DynamicCache):
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times (an int ≥ 1) in every layer."""
+        check_repeats(repeats)
         super().batch_repeat_interleave(repeats)
         if self._ledger is not None:
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
@@ -1052,6 +1049,35 @@ class DeltaLogCache(DynamicCache):
             self._ledger = consumed
         else:
             self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later
+
+
+def check_layer_index(layer_idx: Any) -> None:
+    """Raise TypeError unless ``layer_idx`` is an int (a bool or a string is not a layer index)."""
+    if isinstance(layer_idx, bool) or not isinstance(layer_idx, int):
+        raise TypeError(f"layer_idx must be an int; got {layer_idx!r}")
+
+
+def check_repeats(repeats: Any) -> None:
+    """Raise TypeError / ValueError unless ``repeats`` is an int of at least 1 (0 would leave every layer empty)."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int):
+        raise TypeError(f"repeats must be an int; got {repeats!r}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1; got {repeats}")
+
+
+def memory_breakdown_of(layers: list) -> dict[str, int]:
+    """Bytes of the given DeltaLog layers' buffers by role, summed: ``state`` (the dense fp32 bases: what the default
+    cache keeps as recurrent states), ``log`` (log factors, per-entry decays, cumulative decays, lengths),
+    ``workspace`` (Triton kernel scratch), ``crop_ring`` (pre-conv columns kept for ``crop``; 0 unless
+    ``crop_ring=True``). The log's memory overhead is ``(log + workspace) / state``: 8–11 % at head size 128 and the
+    default merge intervals (GDN M = 8, KDA M = 4; README), and inversely proportional to the head size (about twice
+    that at 64). Shared by :class:`DeltaLogCache` and the FLA cache."""
+    roles = dict(base="state", workspace="workspace", conv_ring="crop_ring", conv_pos="crop_ring")
+    out = dict(state=0, log=0, workspace=0, crop_ring=0)
+    for layer in layers:
+        for name, t in layer._tensors().items():
+            out[roles.get(name, "log")] += t.numel() * t.element_size()
+    return out
 
 
 def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int]) -> None:

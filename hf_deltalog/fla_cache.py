@@ -51,8 +51,11 @@ from hf_deltalog.cache import (
     _check_merge_interval,
     _Status,
     check_beam_idx,
+    check_layer_index,
     check_layers_agree,
+    check_repeats,
     check_row_indices,
+    memory_breakdown_of,
 )
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -564,16 +567,23 @@ class FLADeltaLogCache(FLACache):
         GDN/KDA, ``[B, H, K, V]`` for RWKV6), fp32, a new tensor: what FLA's own cache would hold.
 
         Raises:
-            ValueError: not a recurrent layer, or no state yet.
+            TypeError: ``layer_idx`` is not an int. ValueError: not a recurrent layer, or no state yet.
         """
+        check_layer_index(layer_idx)
         layer = self.layers[layer_idx] if 0 <= layer_idx < len(self.layers) else None
         if not isinstance(layer, FLADeltaLogLayer):
             raise ValueError(f"layer {layer_idx} holds no DeltaLog state (not a recurrent layer, or not reached yet)")
         return layer.materialize()
 
+    def memory_breakdown(self) -> dict[str, int]:
+        """Bytes of the recurrent layers' DeltaLog buffers by role, summed over layers (0 before the first prefill):
+        see :func:`hf_deltalog.cache.memory_breakdown_of` (``crop_ring`` is always 0 here: FLA's cache has no
+        ``crop``)."""
+        return memory_breakdown_of(self.deltalog_layers)
+
     def memory_footprint(self) -> int:
-        """Bytes held by every cache tensor: FLA's dense states (conv, token shift, attention) and the DeltaLog
-        buffers."""
+        """Bytes held by the cache's state tensors: FLA's dense states (conv, token shift, attention) and the DeltaLog
+        buffers (not the ids generate's continuation check keeps)."""
         seen: set[int] = set()
         total = 0
 
@@ -605,6 +615,8 @@ class FLADeltaLogCache(FLACache):
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times (an int ≥ 1) in every layer."""
+        check_repeats(repeats)
         for layer in self.layers:
             layer.batch_repeat_interleave(repeats)
         if self._ledger is not None:

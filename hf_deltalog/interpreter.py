@@ -10,11 +10,15 @@ the process, or ``os.environ`` before any import of triton, torch's inductor, FL
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+
+import torch
 
 from hf_deltalog.kernels._op import interpreting
 
-__all__ = ["collapse_autotuners", "interpreting"]
+__all__ = ["collapse_autotuners", "hide_fla_on_cpu", "interpreting"]
 
 _PATCHED = False
 
@@ -61,3 +65,24 @@ def fused_recurrent_under_interpreter(model) -> int:
             module.mode = "fused_recurrent"
             switched += 1
     return switched
+
+
+def hide_fla_on_cpu(device: str | torch.device) -> bool:
+    """On a CPU run without ``TRITON_INTERPRET=1``: make ``import fla`` fail in this process, so that transformers'
+    GDN / KDA layers take their PyTorch paths, and return True; otherwise change nothing and return False.
+
+    Why: with flash-linear-attention and triton both installed (the ``fla`` extra), transformers binds its GDN and KDA
+    layers to FLA's Triton kernels when their modeling modules are imported, and those kernels fail on a machine
+    without a GPU ("0 active drivers"). ``tests/conftest.py`` hides FLA the same way. Call it before the model is
+    built; FLA's own model classes (RWKV6, ...) then cannot load in this process (run them in another one, with FLA's
+    PyTorch references or under the interpreter). Nothing is hidden when FLA is not installed, on a GPU, or under the
+    interpreter (where FLA's kernels run, slowly).
+    """
+    if torch.device(device).type != "cpu" or interpreting():
+        return False
+    if sys.modules.get("fla", False) is None:
+        return True  # hidden already
+    if "fla" not in sys.modules and importlib.util.find_spec("fla") is None:
+        return False  # not installed: nothing to hide
+    sys.modules["fla"] = None
+    return True

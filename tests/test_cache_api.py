@@ -7,6 +7,7 @@ import transformers
 from transformers import DynamicCache
 from utils import FAMILIES, GDN, KDA_FAMILIES, family_config, max_abs, prompt_ids, rel_err, tiny_model
 
+import hf_deltalog
 from hf_deltalog import DeltaLogCache, DeltaLogLayer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -654,3 +655,25 @@ def test_failing_dense_kernel_falls_back_to_our_kernel():
     assert all(layer.dense_kernel is None for layer in cache.deltalog_layers)
     ref = DynamicCache(config=model.config)
     assert max_abs(ours, decode(model, ref, forward(model, ids, ref), 3)) <= 1e-4
+
+
+def test_bad_arguments_of_the_cache_api_get_clear_errors():
+    """Found by a breaker review: materialize("0") failed inside a comparison and materialize(True) returned layer 1;
+    batch_repeat_interleave(2.5) raised torch's TypeError and (0) left every layer with no rows; crop_ring="no" was
+    kept as a truthy string; hf_deltalog.patch(5) failed with "'int' object is not iterable"."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    forward(model, prompt_ids(2, 5), cache)
+    for bad in ("0", True, 0.0):
+        with pytest.raises(TypeError, match="layer_idx must be an int"):
+            cache.materialize(bad)
+    with pytest.raises(TypeError, match="repeats must be an int"):
+        cache.batch_repeat_interleave(2.5)
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        cache.batch_repeat_interleave(0)
+    assert cache.batch_size == 2
+    for kw in (dict(crop_ring="no"), dict(static="yes", max_cache_len=8)):
+        with pytest.raises(TypeError, match="must be True or False"):
+            DeltaLogCache(model, **kw)
+    with pytest.raises(TypeError, match="model_types must be None, a model type name or a list"):
+        hf_deltalog.patch(5)

@@ -160,3 +160,38 @@ def test_compare_reports_flipped_multiple_choice_picks():
     assert "Scored documents whose per-document metric differs" in lm_eval_parity.table(
         dict(meta={}, checkpoints=[dict(checkpoint="ck", skipped={},
                                         tasks={"t": dict(row, documents=1, generations_identical_fraction=None)})]))
+
+
+def test_acc_norm_flip_is_judged_on_lm_evals_own_scores():
+    """lm-eval 0.4 normalises acc_norm by the length of the choice, without the task's target delimiter; the report
+    divided by the scored continuation (delimiter included), so for a task with lm-eval's default " " delimiter it
+    judged this flip on the wrong scores (gaps 0.300 / 0.367, "not a near tie"; found by a breaker review). On lm-eval's
+    scores (-2.0 / 1 and -3.9 / 2, then -4.1 / 2) both gaps are 0.05, within the bound 2 · 0.2 / 1."""
+    from lm_eval_parity import explain_metric_flip
+
+    args = [("Q:", " a"), ("Q:", " bb")]  # what lm-eval scores: target_delimiter + choice
+    x = dict(doc_id=0, arguments=args, resps=[[(-2.0, False)], [(-3.9, False)]], acc_norm=1.0)
+    y = dict(doc_id=0, arguments=args, resps=[[(-2.0, False)], [(-4.1, False)]], acc_norm=0.0)
+    gaps = explain_metric_flip(x, y, ["acc_norm"], target_delimiter=" ")["gaps"]["acc_norm"]
+    assert gaps["default_gap"] == pytest.approx(0.05) and gaps["deltalog_gap"] == pytest.approx(0.05)
+    assert gaps["bound"] == pytest.approx(0.4) and gaps["near_tie"]
+    # the local tasks score their choices with no delimiter: the continuation is the choice
+    nodelim = [("Q:", "a"), ("Q:", "bb")]
+    same = explain_metric_flip(dict(x, arguments=nodelim), dict(y, arguments=nodelim), ["acc_norm"],
+                               target_delimiter="")["gaps"]["acc_norm"]
+    assert same == gaps
+
+
+def test_parity_script_refuses_bad_limits_and_fails_on_skipped_tasks(tmp_path, capsys):
+    """--limit 0 / -3 ended in lm-eval tracebacks, and a misspelt task name exited 0 with every task skipped; now the
+    limit is checked by the parser and a skipped task makes the call fail after the report is written."""
+    for bad in ("0", "-3"):
+        with pytest.raises(SystemExit) as err:
+            lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--limit", bad])
+        assert err.value.code == 2 and "must be an integer of at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="1 task\\(s\\) skipped .*nosuch_task_xyz"):
+        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--limit", "1", "--device", "cpu", "--quiet",
+                             "--tasks", "shakespeare_next_line_mc", "nosuch_task_xyz", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "parity.json").read_text())
+    assert "nosuch_task_xyz" in report["checkpoints"][0]["skipped"]
+    assert "shakespeare_next_line_mc" in report["checkpoints"][0]["tasks"]

@@ -64,6 +64,30 @@ def test_batch_select_indices_takes_a_list_and_keeps_the_rows():
     assert all(torch.equal(cache.materialize(i), S[[2, 0]]) for i, S in enumerate(states))
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_memory_breakdown_and_bad_arguments(family):
+    """The README lists cache.memory_breakdown(); DeltaLogCache(model) of an FLA model had none (AttributeError; found
+    by a breaker review). It counts every DeltaLog buffer by role: state + log + workspace = the DeltaLog part of
+    memory_footprint. Bad layer indices and repeats get the transformers cache's errors."""
+    model = tiny_model(family)
+    cache = DeltaLogCache(model, merge_interval=4, backend="torch")
+    assert cache.memory_breakdown() == dict(state=0, log=0, workspace=0, crop_ring=0)
+    with torch.no_grad():
+        model(prompt_ids(3, 5, seed=13), past_key_values=cache, use_cache=True)
+    B, (Hk, HV, K, V), C = 3, DIMS[family], 3
+    layers = len(cache.deltalog_layers)
+    per_key = K if family != "gated_deltanet" else 1  # KDA and RWKV6 decay every key channel
+    expect_log = 4 * B * (HV * per_key + Hk * C * K + HV * C * V + HV * C * per_key) + 4 * B  # fp32 logs, int32 length
+    report = cache.memory_breakdown()
+    assert report == dict(state=layers * 4 * B * HV * K * V, log=layers * expect_log, workspace=0, crop_ring=0)
+    for bad in ("0", True):
+        with pytest.raises(TypeError, match="layer_idx must be an int"):
+            cache.materialize(bad)
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        cache.batch_repeat_interleave(0)
+    assert cache.batch_size == B
+
+
 @pytest.mark.parametrize("family,backend", [(f, "torch") for f in FAMILIES] + [("gated_deltanet", "triton")])
 def test_state_matches_fla_cache_every_step(family, backend):
     """Drive both caches by hand (with an attention mask, so GDN/KDA unpad to packed one-token sequences): logits, the

@@ -245,8 +245,9 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
         The transformers model types that are patched after the call (FLA's: ``patches.fla.is_fla_patched``).
 
     Raises:
-        ValueError: an unknown model type. ImportError / RuntimeError: the installed transformers lacks a module or
-        a function the binding needs (the message names the transformers version).
+        TypeError: ``model_types`` is not None, a string or a list / tuple of strings. ValueError: an unknown model
+        type. ImportError / RuntimeError: the installed transformers lacks a module or a function the binding needs
+        (the message names the transformers version).
     """
     from hf_deltalog.patches.fla import FLA_FAMILIES, patch_fla
 
@@ -254,7 +255,9 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
         specs = list(FAMILIES.values())
         fla_names = list(FLA_FAMILIES) if sys.modules.get("fla") is not None else []
     else:
-        names = [model_types] if isinstance(model_types, str) else list(model_types)
+        names = [model_types] if isinstance(model_types, str) else model_types
+        if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+            raise TypeError(f"model_types must be None, a model type name or a list of them; got {model_types!r}")
         fla_names = [name for name in names if name in FLA_FAMILIES]
         specs = [_resolve(name) for name in names if name not in FLA_FAMILIES]
     if fla_names:
