@@ -131,11 +131,13 @@ def test_compare_reports_differences():
 
 
 def _mc_run(lls: list[float], acc: float, acc_norm: float) -> dict:
-    """One four-choice document (choices of 2, 4, 4 and 8 characters as scored) with its per-document metrics."""
+    """One four-choice document (choices of 2, 4, 4 and 8 characters; the task's target delimiter is empty, as in the
+    local tasks, so lm-eval's acc_norm divides by those lengths) with its per-document metrics."""
     conts = [" a", " bcd", " efg", " hijklmn"]
     sample = dict(doc_id=3, filter="none", arguments=[("ctx", c) for c in conts], resps=[[(v, False)] for v in lls],
                   acc=acc, acc_norm=acc_norm)
-    return dict(results={"t": {"alias": "t", "acc,none": acc, "acc_norm,none": acc_norm}}, samples={"t": [sample]})
+    return dict(results={"t": {"alias": "t", "acc,none": acc, "acc_norm,none": acc_norm}}, samples={"t": [sample]},
+                configs={"t": {"target_delimiter": ""}})
 
 
 def test_compare_reports_flipped_multiple_choice_picks():
@@ -153,7 +155,7 @@ def test_compare_reports_flipped_multiple_choice_picks():
     row = lm_eval_parity.compare(stub, "t", base, far, no_records)
     (f,) = row["differing_scored_documents"]
     assert set(f["metrics"]) == {"acc", "acc_norm"} and not f["explained"] and not row["all_differences_explained"]
-    # acc_norm divides by the scored continuation's length in characters
+    # acc_norm divides by the choice's length in characters (here the scored continuation: no delimiter)
     assert f["gaps"]["acc_norm"]["default_gap"] == pytest.approx(-4.001 / 4 - (-4.0 / 2))
     same = lm_eval_parity.compare(stub, "t", base, _mc_run([-4.0, -4.001, -9.0, -20.0], 1.0, 1.0), no_records)
     assert same["differing_scored_documents"] == [] and same["all_differences_explained"]
