@@ -370,8 +370,9 @@ class DeltaLogLayer(LinearAttentionLayer):
     def _seed_conv_ring(self) -> None:
         """Put the current conv window (its last W columns) at ring positions 0..W−1."""
         W = self.conv_kernel_size[0]
-        window = self.conv_states[0][..., -W:]  # [B, D, W]
-        self.conv_ring[:, :W].copy_(window.transpose(1, 2))
+        window = self.conv_states[0][..., -W:]  # [B, D, W]; fewer columns when past recording holds a short prompt
+        self.conv_ring[:, :W].zero_()  # the causal conv's left zero padding
+        self.conv_ring[:, W - window.shape[-1]:W].copy_(window.transpose(1, 2))
         self.conv_pos.fill_(W - 1)
 
     def _record_conv_column(self) -> None:
@@ -516,8 +517,10 @@ class DeltaLogLayer(LinearAttentionLayer):
     # ------------------------------------------------------------------ crop
     def check_crop(self, tokens: int) -> None:
         """Raise ValueError unless the last ``tokens`` tokens of every row are still in the log."""
-        if tokens == 0 or self.base is None:
+        if tokens == 0:
             return
+        if self.base is None:
+            raise ValueError(f"cannot crop {tokens} tokens: layer {self.layer_idx} holds none")
         seen = self.seen_tokens()
         if tokens > seen:
             raise ValueError(f"cannot crop {tokens} tokens: layer {self.layer_idx} holds {seen}")
@@ -546,13 +549,17 @@ class DeltaLogLayer(LinearAttentionLayer):
         for i in range(0 if not self.crop_ring else 1, self.number_of_states):
             if self.is_conv_states_initialized[i]:
                 have, need = self.conv_states[i].shape[-1], tokens + self.conv_kernel_size[i]
-                if have < need:
+                # a history holding every token the layer saw (a prompt shorter than the window) is complete: the
+                # window before the cropped tokens is what it holds, as a fresh cache fed the kept tokens would
+                if have < need and have != seen:
                     raise ValueError(
                         f"cannot crop {tokens} tokens: layer {self.layer_idx}'s recorded conv state {i} holds "
                         f"{have} columns, and rebuilding its window needs {need} (the cropped tokens and a window of "
-                        f"{self.conv_kernel_size[i]} before them; a model whose decode step updates the conv state in "
-                        "place, as the KDA families do, records no more than the prefill's width). Build the cache "
-                        "with DeltaLogCache(..., crop_ring=True) to crop any token still in the log"
+                        f"{self.conv_kernel_size[i]} before them). Past recording keeps the columns since the last "
+                        "prefill or crop (a crop keeps only the window, as transformers' does), and a model whose "
+                        "decode step updates the conv state in place, as the KDA families do, records no more than "
+                        "the prefill's width. Build the cache with DeltaLogCache(..., crop_ring=True) to crop any "
+                        "token still in the log"
                     )
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -565,8 +572,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             raise ValueError(f"crop takes a negative number of tokens to remove; got {tokens_to_remove}")
         n = -tokens_to_remove
         self.check_crop(n)
-        if self.base is None:
-            return
+        if self.base is None or n == 0:
+            return  # crop(0) changes nothing (past recording's history included)
         W = self.conv_kernel_size[0]
         if n > 0 and self.static:
             self._fold_decoded()
@@ -585,8 +592,9 @@ class DeltaLogLayer(LinearAttentionLayer):
             # Past recording is on (check_crop made sure): every conv state holds its full history.
             for i in range(self.number_of_states):
                 if self.is_conv_states_initialized[i]:
-                    w_i, hist = self.conv_kernel_size[i], self.conv_states[i]
-                    self.conv_states[i] = hist[..., hist.shape[-1] - n - w_i: hist.shape[-1] - n]  # as upstream's crop
+                    # the last w_i columns before the cropped ones (all of them, when fewer: a short prompt)
+                    hist = self.conv_states[i]
+                    self.conv_states[i] = hist[..., :hist.shape[-1] - n][..., -self.conv_kernel_size[i]:]
             return
         # Rebuild the conv window (its last W columns) from the ring.
         R = self.conv_ring.shape[1]
@@ -596,9 +604,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             self.conv_states[0] = window.contiguous()
             for i in range(1, self.number_of_states):
                 if self.is_conv_states_initialized[i]:
-                    w_i = self.conv_kernel_size[i]
                     hist = self.conv_states[i]
-                    self.conv_states[i] = hist[..., hist.shape[-1] - n - w_i: hist.shape[-1] - n]
+                    self.conv_states[i] = hist[..., :hist.shape[-1] - n][..., -self.conv_kernel_size[i]:]
         else:
             self.conv_states[0][..., -W:].copy_(window)
 
@@ -963,16 +970,36 @@ class DeltaLogCache(DynamicCache):
         if self._ledger is not None:
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
 
+    def _check_layers_support(self, method: str) -> None:
+        """Raise NotImplementedError, before any layer changes, when some layer has no ``method`` (transformers'
+        static attention layers have no batch_select_indices / batch_repeat_interleave): the layers before it would
+        change and the rest not."""
+        missing = sorted({type(layer).__name__ for layer in self.layers if not hasattr(layer, method)})
+        if missing:
+            raise NotImplementedError(
+                f"{method} is not available on this cache: its {', '.join(missing)} layers have none (static mode "
+                "keeps transformers' StaticLayer for attention); nothing was changed")
+
     def batch_repeat_interleave(self, repeats: int) -> None:
-        """Repeat every row ``repeats`` times (an int ≥ 1) in every layer."""
+        """Repeat every row ``repeats`` times (an int ≥ 1) in every layer.
+
+        Raises:
+            TypeError / ValueError: a bad ``repeats``. NotImplementedError: a layer without the operation (static
+            mode), before anything changes."""
         check_repeats(repeats)
+        self._check_layers_support("batch_repeat_interleave")
         super().batch_repeat_interleave(repeats)
         if self._ledger is not None:
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer."""
+        """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer.
+
+        Raises:
+            TypeError / ValueError: bad indices. NotImplementedError: a layer without the operation (static mode),
+            before anything changes."""
         indices = check_row_indices(indices, self.batch_size)
+        self._check_layers_support("batch_select_indices")
         super().batch_select_indices(indices)
         if self._ledger is not None:
             self._ledger = self._ledger[indices.to(self._ledger.device)]

@@ -677,3 +677,59 @@ def test_bad_arguments_of_the_cache_api_get_clear_errors():
             DeltaLogCache(model, **kw)
     with pytest.raises(TypeError, match="model_types must be None, a model type name or a list"):
         hf_deltalog.patch(5)
+
+
+@pytest.mark.parametrize("ring,past", [(False, True), (True, True), (True, False)],
+                         ids=["past-recording", "ring+past-recording", "ring"])
+def test_crop_after_a_prompt_shorter_than_the_conv_window(ring, past):
+    """Found by a breaker review: with past recording the conv state of a 2-token prompt holds 2 columns, not the
+    window's 4. With crop_ring as well the prefill failed with a shape error (the ring was seeded with 4 columns from
+    2); with past recording alone crop(-2) of tokens still in the log was refused, blaming KDA's in-place conv
+    updates. Both now work, and the continuation matches a default cache fed only the kept tokens."""
+    model = tiny_model("qwen3_5")
+    prompt, steps = prompt_ids(1, 2), [prompt_ids(1, 1, seed=50 + i) for i in range(3)]
+    cache = DeltaLogCache(model, merge_interval=8, crop_ring=ring)
+    if past:
+        cache.activate_past_recording()
+    forward(model, prompt, cache)
+    for s in steps:
+        forward(model, s, cache)
+    cache.crop(-2)
+    ref = DynamicCache(config=model.config)
+    forward(model, prompt, ref)
+    forward(model, steps[0], ref)
+    nxt = prompt_ids(1, 1, seed=9)
+    assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) < 1e-5
+
+
+def test_crop_zero_is_a_no_op_and_an_empty_cache_refuses_a_crop():
+    """crop(0) cut past recording's history back to the window (a later crop of tokens still in the log was then
+    refused), and crop(-5) on an empty cache passed silently (transformers' DynamicCache raises)."""
+    model = tiny_model("qwen3_5")
+    with pytest.raises(ValueError, match="cannot crop 5 tokens"):
+        DeltaLogCache(model).crop(-5)
+    cache = DeltaLogCache(model, merge_interval=8)
+    cache.activate_past_recording()
+    first = forward(model, prompt_ids(2, 6), cache)
+    decode(model, cache, first, 3)
+    assert cache.is_croppable
+    cache.crop(0)
+    assert cache.is_croppable and int(cache.get_seq_length()) == 9
+    cache.crop(-2)
+    assert int(cache.get_seq_length()) == 7
+
+
+def test_static_batch_ops_are_refused_before_any_layer_changes():
+    """transformers' StaticLayer has no batch_select_indices / batch_repeat_interleave: the DeltaLog layers before the
+    first attention layer changed their rows and the rest did not (found by a breaker review). Now refused up front."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, static=True, max_cache_len=16)
+    first = forward(model, prompt_ids(2, 5), cache)
+    decode(model, cache, first, 2)
+    states = [cache.materialize(i) for i, layer in enumerate(cache.layers) if isinstance(layer, DeltaLogLayer)]
+    for call in (lambda: cache.batch_select_indices([1]), lambda: cache.batch_repeat_interleave(2)):
+        with pytest.raises(NotImplementedError, match="nothing was changed"):
+            call()
+    after = [cache.materialize(i) for i, layer in enumerate(cache.layers) if isinstance(layer, DeltaLogLayer)]
+    assert all(torch.equal(a, b) for a, b in zip(states, after)) and cache.batch_size == 2
+    decode(model, cache, first, 1)  # still usable
