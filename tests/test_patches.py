@@ -107,3 +107,28 @@ def test_state_reaching_an_unbound_recurrence_says_so(clean):
         hf_deltalog.unpatch()
         with pytest.raises(RuntimeError, match="reached a recurrence that hf_deltalog has not bound"):
             model(prompt_ids(1, 1), cache=cache, use_cache=True)
+
+
+@pytest.mark.parametrize("module,name", [
+    ("transformers.models.qwen3_5.modeling_qwen3_5", "torch_chunk_gated_delta_rule"),
+    ("transformers.models.kimi_linear.modeling_kimi_linear", "chunk_kimi_delta_attention"),
+])
+def test_patched_chunk_recurrence_takes_upstream_positional_calls(module, name):
+    """The bound multi-token recurrence took (q, k, v, g, beta, initial_state, ...) while upstream takes chunk_size
+    before initial_state: a positional call valid upstream put chunk_size into initial_state and failed with
+    "'int' object has no attribute 'to'" (found by a breaker review). It now reads arguments through upstream's own
+    signature and hands every call without a DeltaLog state over unchanged: same outputs as upstream."""
+    hf_deltalog.patch()
+    mod = importlib.import_module(module)
+    patched = getattr(mod, name)
+    upstream = patched.__deltalog_upstream__
+    torch.manual_seed(0)
+    B, T, H, K = 1, 5, 2, 8
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+    g = -torch.rand(B, T, H, K) if "kimi" in module else -torch.rand(B, T, H)
+    beta = torch.rand(B, T, H)
+    S0 = torch.randn(B, H, K, K)
+    for args, kwargs in (((q, k, v, g, beta, 4, None, True), {}), ((q, k, v, g, beta, 4, S0, True), {}),
+                         ((q, k, v), dict(g=g, beta=beta, chunk_size=2, initial_state=S0, output_final_state=True))):
+        ours, ref = patched(*args, **kwargs), upstream(*args, **kwargs)
+        assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import sys
 import threading
 from dataclasses import dataclass
@@ -157,15 +158,26 @@ def _recurrent_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
 
 
 def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
+    """The multi-token recurrence, bound: a DeltaLog handle passed as ``initial_state`` becomes the dense state; every
+    call is otherwise handed to ``upstream`` exactly as it came. Arguments are read through ``upstream``'s own
+    signature, so positional calls keep their meaning (transformers' torch functions take ``chunk_size`` before
+    ``initial_state``, FLA's take ``scale``)."""
+    signature = inspect.signature(upstream)
+
     @functools.wraps(upstream)
-    def deltalog_chunk(query, key, value, g=None, beta=None, initial_state=None, output_final_state=False,
-                       use_qk_l2norm_in_kernel=False, **kwargs):
+    def deltalog_chunk(*args, **kwargs):
         from hf_deltalog.cache import DeltaLogState
 
-        if isinstance(initial_state, DeltaLogState):
-            initial_state = initial_state.dense_for(spec, query, value)
-        return upstream(query, key, value, g=g, beta=beta, initial_state=initial_state,
-                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return upstream(*args, **kwargs)  # upstream's own error for a call it does not accept
+        state = bound.arguments.get("initial_state")
+        if not isinstance(state, DeltaLogState):
+            return upstream(*args, **kwargs)
+        query, value = bound.args[0], bound.args[2]
+        bound.arguments["initial_state"] = state.dense_for(spec, query, value)
+        return upstream(*bound.args, **bound.kwargs)
 
     deltalog_chunk.__deltalog_upstream__ = upstream
     return deltalog_chunk
