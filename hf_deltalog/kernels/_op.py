@@ -48,8 +48,8 @@ def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> N
 
 
 def default_prepare_warps(BK: int, BC: int) -> int:
-    """Warps of a KDA / RWKV6 prepare program (one per row and key head) over ``[BC, BK]`` key and decay tiles:
-    1 up to 2,048 elements, 4 beyond."""
+    """Warps of an RWKV6 prepare program (one per row and head) over ``[BC, BK]`` key and decay tiles: 1 up to
+    2,048 elements, 4 beyond. (The KDA prepare program holds no such tiles and takes 1 warp.)"""
     return 1 if BK * BC <= 2048 else 4
 
 

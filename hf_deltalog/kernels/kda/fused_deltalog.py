@@ -19,7 +19,8 @@ Organisation (as the GDN kernels, :mod:`hf_deltalog.kernels.gdn.fused_deltalog`)
 1. ``_deltalog_kda_prepare_kernel``, grid ``B · Hk``: normalises q and k once (``x / sqrt(Σx² + 1e-6)``, FLA's and
    transformers' KDA form), and for each of its ``G`` value heads forms ``a ⊙ q̂``, ``a ⊙ k̂``, ``ℓ̄'`` and the
    replay coefficients ``(exp(ℓ̄' − Λ_i) ⊙ K_i)·k̂`` and ``·q̂`` (the per-key rescaling of every deferred key happens
-   here, once per value head, not once per value tile); advances ``log_decay`` and appends ``k̂`` / ``g_t``.
+   here, once per value head, not once per value tile); advances ``log_decay`` and appends ``k̂`` / ``g_t``. It
+   walks the log one ``[K]`` slot at a time, newest first, accumulating ``Σ_{j>i} λ_j`` as it goes.
 2. ``_deltalog_kda_decode_kernel``, grid ``B · HV · NV`` (value tile fastest): reads the base tile once, replays the
    live ``U_i`` with the prepared coefficients, writes ``o``, then appends ``u`` or writes the merged tile; the program
    of value head 0 and tile 0 writes the row's new ``length``.
@@ -27,7 +28,7 @@ Organisation (as the GDN kernels, :mod:`hf_deltalog.kernels.gdn.fused_deltalog`)
 Within each launch every buffer element is written by one program and read by no other; program ids are int64
 before any offset is formed; all products are fp32 elementwise products with ``tl.sum`` (never TF32); stale log
 slots never reach an output (the decode kernel does not load them; the prepare kernel, which issues its loads before
-the phase is known, zeroes them with ``tl.where`` before any product). The base keeps transformers' ``[B, HV, K, V]`` layout, or ``[B, HV, V, K]`` with
+the phase is known, adds no decay from them and zeroes their coefficients with ``tl.where``). The base keeps transformers' ``[B, HV, K, V]`` layout, or ``[B, HV, V, K]`` with
 ``state_v_first``.
 """
 
@@ -39,7 +40,7 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    check_launch_options, default_prepare_warps, interpreting, launch_device, register_decode_op,
+    check_launch_options, interpreting, launch_device, register_decode_op,
 )
 from hf_deltalog.kernels.common import check_dims, check_disjoint
 
@@ -63,22 +64,12 @@ def _deltalog_kda_prepare_kernel(
     ws = ws_ptr + i_b * WS
     offs_k = tl.arange(0, BK)
     mask_k = offs_k < K
-    # The key head's loads come before any store and none waits for L (the program is latency-bound): all C slots are
-    # read and the stale ones (i ≥ L) zeroed by tl.where before any product, so whatever they hold cannot reach an
-    # output. With G = 1 (no GQA: Kimi-Linear) every load of the program precedes every store.
     b_q = tl.load(q_ptr + i_b * stride_qb + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     b_k = tl.load(k_ptr + i_b * stride_kb + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     # A length above C merges and a negative one appends nothing, as in the reference; it is clamped before the
     # int32 cast, so that an int64 length of 2**32 (or an int32 one of 2**31 - 1) still merges
     L = tl.maximum(tl.minimum(tl.load(length_ptr + i_b), C + 1), -2147483648).to(tl.int32)
-    if C > 0:
-        offs_c = tl.arange(0, BC)
-        mask_c = offs_c < C
-        live = (offs_c < L) & mask_c
-        mask_ck = live[:, None] & mask_k[None, :]
-        b_kl = tl.load(k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_c[:, None] * K + offs_k[None, :],
-                       mask=mask_c[:, None] & mask_k[None, :], other=0.0)
-        b_kl = tl.where(mask_ck, b_kl, 0.0)
+    p_kl = k_log_ptr + (i_b * HK + i_hk) * (C * K) + offs_k
     if USE_QK_L2NORM:
         b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
         b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
@@ -91,9 +82,14 @@ def _deltalog_kda_prepare_kernel(
         i_bh = i_b * HV + i_hv
         g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0)
+        p_dl = decay_log_ptr + i_bh * (C * K) + offs_k
         if C > 0:
-            p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
-            lam_next = tl.load(p_next, mask=(offs_c[:, None] + 1 < C) & mask_k[None, :], other=0.0)  # λ_{i+1}
+            # The log is walked from the newest slot back, one [K] key and log-decay per slot (no [C, K] tiles: 64
+            # registers at C = 7, one wave of programs at B = 128; eval/results/h200/NOTES.md, round 36), each slot's
+            # loads issued one slot ahead of its products. Stale slots (i ≥ L) add no decay and get a zero
+            # coefficient (tl.where after the reduction), so whatever they hold cannot reach an output.
+            k_n = tl.load(p_kl + (C - 1) * K, mask=mask_k, other=0.0)
+            lam_n = tl.load(p_dl + (C - 1) * K, mask=mask_k, other=0.0)
         g_t = tl.maximum(g_t, -104.0, propagate_nan=tl.PropagateNan.ALL)  # common.LOG_DECAY_FLOOR; NaN stays NaN
         ell = ell + g_t
         a = tl.exp(ell)
@@ -103,21 +99,31 @@ def _deltalog_kda_prepare_kernel(
         tl.store(p_ws + 2 * K + offs_k, ell, mask=mask_k)  # ℓ̄', for the merge
         tl.store(p_ws + 3 * K, qk)
         if C > 0:
-            # ℓ̄' − Λ_i = g_t + Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot
-            # shifted, summed from the newest backwards
-            lam_next = tl.where(mask_ck & (offs_c[:, None] + 1 < L), lam_next, 0.0)
-            later = tl.cumsum(lam_next, axis=0, reverse=True) + g_t[None, :]
-            decayed = tl.where(mask_ck, tl.exp(later) * b_kl, 0.0)  # exp(ℓ̄' − Λ_i) ⊙ K_i
-            tl.store(p_ws + 3 * K + 1 + offs_c, tl.sum(decayed * b_k[None, :], axis=1), mask=mask_c)
-            tl.store(p_ws + 3 * K + 1 + C + offs_c, tl.sum(decayed * b_q[None, :], axis=1), mask=mask_c)
+            offs_c = tl.arange(0, BC)
+            ck = tl.zeros([BC], dtype=tl.float32)
+            cq = tl.zeros([BC], dtype=tl.float32)
+            later = g_t  # ℓ̄' − Λ_i = g_t + Σ_{j>i, j<L} λ_j, summed from the newest back
+            for n in tl.static_range(C):
+                i = C - 1 - n
+                k_i = k_n
+                lam_i = lam_n
+                if i > 0:
+                    k_n = tl.load(p_kl + (i - 1) * K, mask=mask_k, other=0.0)
+                    lam_n = tl.load(p_dl + (i - 1) * K, mask=mask_k, other=0.0)
+                dk_i = tl.exp(later) * k_i  # exp(ℓ̄' − Λ_i) ⊙ K_i
+                ck = tl.where(offs_c == i, tl.where(i < L, tl.sum(dk_i * b_k, axis=0), 0.0), ck)
+                cq = tl.where(offs_c == i, tl.where(i < L, tl.sum(dk_i * b_q, axis=0), 0.0), cq)
+                if L >= C:
+                    # Merge row: every slot is live and stale once the merge resets the length, so slot i takes the
+                    # merge's decayed key (its λ_i is already loaded), formed here once per head: the decode
+                    # kernel's programs read it back instead of each exponentiating and re-reading the key
+                    tl.store(p_dl + i * K, dk_i, mask=mask_k)
+                if i > 0:
+                    later += tl.where(i < L, lam_i, 0.0)
+            tl.store(p_ws + 3 * K + 1 + offs_c, ck, mask=offs_c < C)
+            tl.store(p_ws + 3 * K + 1 + C + offs_c, cq, mask=offs_c < C)
             if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
                 tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, g_t, mask=mask_k)  # own log-decay
-            if L >= C:
-                # Merge row: every slot is live and stale once the merge resets the length, so the slots take the
-                # merge's decayed keys exp(ℓ̄' − Λ_i) ⊙ K_i, formed here once per head (the decode kernel's programs
-                # read them back instead of each exponentiating the exponents and re-reading the keys)
-                tl.store(decay_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :], decayed,
-                         mask=mask_c[:, None] & mask_k[None, :])
         tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
 
     tl.store(ws + i_hk * K + offs_k, b_k, mask=mask_k)  # k̂, for the merge's k̂ uᵀ
@@ -289,7 +295,7 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         q, k, g, log_decay, kl, dl, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
-        num_warps=prepare_warps or default_prepare_warps(BK, BC),
+        num_warps=prepare_warps or 1,
     )
     wrap(_deltalog_kda_decode_kernel)[(B * HV * NV,)](
         v, beta, o, base, ul, dl, length, workspace,
@@ -351,8 +357,9 @@ def fused_deltalog_kda_decode(
         slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that merge's
         decayed keys ``exp(ℓ̄' − Λ_i) ⊙ K_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps.
-        prepare_warps: warps per prepare program (one per row and key head); None:
-            :func:`hf_deltalog.kernels._op.default_prepare_warps`.
+        prepare_warps: warps per prepare program (one per row and key head); None: 1 (the program holds ``[K]``
+            vectors only, 64 registers at C = 7 and 72 at C = 31 in an sm_90 compile, so more warps only split its
+            reductions; timed on the H200 at M = 4 and 8).
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_kda_decode`` (declares its mutations,
             so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
 
