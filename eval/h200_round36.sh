@@ -1,7 +1,5 @@
 #!/usr/bin/env bash
 # One H200, at most ~540 s. KDA and RWKV6 prepare kernels walking the log one [K] slot at a time ("loop": newest
-# (The HF_DELTALOG_PREPARE switch and the RWKV6 loop kernel existed only in the working tree of that call; after it
-# the KDA prepare kernel became the loop one and RWKV6 kept the tile one: eval/results/h200/NOTES.md, rounds 36-37.)
 # slot first, each slot's key and log-decay loaded one slot ahead, coefficients kept in a [C] register vector and
 # stored once) instead of holding [C, K] key and decay tiles ("tile", the current kernels: 96 registers at C = 7, a
 # cross-lane reverse scan; sm_90 compile with the local Triton: loop 64 (KDA) / 58 (RWKV6) registers at C = 7, 808 /
@@ -9,6 +7,8 @@
 # (1) the edge check and fp64 rollouts of the loop variant on the GPU; (2) each kernel's device time, both
 # variants; (3) cycle-timed A/B, one process per variant, two passes of opposite order, B = 128 / 512, M = 4 / 8.
 #   OUT=/path bash eval/h200_round36.sh     # results: $OUT/round36.tar.gz
+# (The HF_DELTALOG_PREPARE switch and the RWKV6 loop kernel existed only in the working tree of that call; after it
+# the KDA prepare kernel became the loop one and RWKV6 kept the tile one: eval/results/h200/NOTES.md, rounds 36-37.)
 set -u
 OUT=${OUT:-/tmp/out}
 R=/tmp/round36; rm -rf $R; mkdir -p $R

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One H200, ~150 s. RWKV6 only: the loop prepare kernel of round 36 with exp(w) formed once per program ("loopw",
-# (The HF_DELTALOG_PREPARE switch existed only in the working tree of that call; RWKV6 kept its tile prepare kernel.)
 # 70 registers at C = 7 in a local sm_90 compile) against "loop" (exp(w) formed per slot on merge rows, 58 registers)
 # and "tile"; kernel times, then one cycle-timed pass each, B = 128 / 512, M = 4 / 8.
 #   OUT=/path bash eval/h200_round37.sh     # results: $OUT/round37.tar.gz
+# (The HF_DELTALOG_PREPARE switch existed only in the working tree of that call; RWKV6 kept its tile prepare kernel.)
 set -u
 R=/tmp/round37; rm -rf $R; mkdir -p $R
 export PYTHONUNBUFFERED=1
