@@ -51,6 +51,8 @@ MAX_MERGE_INTERVAL = 1024  # the log is replayed every step: far beyond a few do
 # from run to run: 7.6 us the day before), B = 8 (16 MiB) won 1.23x; its dense decoding runs FLA's kernel in FLA's
 # [K, V] layout (hf_deltalog.fla_cache).
 DENSE_BELOW_STATE_BYTES = {"gdn": 64 << 20, "kda": 16 << 20, "rwkv6": 16 << 20}
+# activation dtypes the Triton decode kernels take (their launchers raise TypeError for others)
+KERNEL_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _fla_dense_decode(operator: str) -> Callable | None:
@@ -198,12 +200,16 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.workspace = self.conv_ring = self.conv_pos = None
         self._seen = 0  # tokens consumed (host count; static mode: decode steps are on the device step counter)
         self._pending = 0  # tokens of the current forward seen by update_conv_state
+        # A forward is inside this layer: set when the model reads or updates the conv window (the first thing a
+        # linear-attention layer does with the cache), cleared when the layer stores its recurrent state. Still set
+        # at the next generate means a forward stopped inside the layer, with its conv window already moved.
+        self._in_step = False
 
     # ------------------------------------------------------------------ buffers
     def _tensors(self) -> dict[str, torch.Tensor]:
         return {name: getattr(self, name) for name in self._names}
 
-    def _resolve_backend(self, device: torch.device) -> str:
+    def _resolve_backend(self, device: torch.device, act_dtype: torch.dtype | None = None) -> str:
         kernel = _triton_kernels(self.spec.operator)
         on_gpu = device.type == "cuda"
         if self.requested_backend == "torch":
@@ -214,18 +220,27 @@ class DeltaLogLayer(LinearAttentionLayer):
                     f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
                     "triton is imported; use backend='torch' on the CPU"
                 )
+            if act_dtype not in (None, *KERNEL_ACT_DTYPES):
+                raise self.status.reject(
+                    f"backend='triton': the Triton kernels take bfloat16, float16 or float32 activations, but layer "
+                    f"{self.layer_idx} runs in {act_dtype}; use backend='torch' (or 'auto', which picks it) for this "
+                    "model"
+                )
             return "triton"
+        if act_dtype not in (None, *KERNEL_ACT_DTYPES):
+            return "torch"  # e.g. a float64 model: the PyTorch reference takes any float dtype
         return "triton" if (kernel is not None and on_gpu) else "torch"
 
-    def plan(self, batch: int, device: torch.device) -> dict[str, Any]:
+    def plan(self, batch: int, device: torch.device, act_dtype: torch.dtype | None = None) -> dict[str, Any]:
         """How this layer decodes a batch of ``batch`` rows on ``device`` (decided when its buffers are allocated).
 
         Returns ``backend``, ``merge_interval``, ``state_v_first`` (the Triton kernels keep the base V-first,
         ``[B, HV, V, K]``: 1.3x faster than ``[B, HV, K, V]`` on an H200, eval/results/; converted once at prefill and
         in ``materialize()``, never per step) and ``dense_fla`` (M = 1 decoding on the GPU runs FLA's dense kernel when
-        FLA is installed).
+        FLA is installed). ``act_dtype``: the layer's activation dtype when known (a float64 model decodes on the
+        PyTorch backend under ``"auto"``; ``backend="triton"`` refuses it with ValueError).
         """
-        backend = self._resolve_backend(device)
+        backend = self._resolve_backend(device, act_dtype)
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
         merge_interval = self.default_merge_interval
         threshold = DENSE_BELOW_STATE_BYTES.get(self.spec.operator, 0)
@@ -236,7 +251,8 @@ class DeltaLogLayer(LinearAttentionLayer):
         return dict(backend=backend, merge_interval=merge_interval, state_v_first=state_v_first, dense_fla=dense_fla)
 
     def _allocate(self, batch: int, device: torch.device) -> None:
-        plan = self.plan(batch, device)
+        conv = self.conv_states[0]  # the model's activations (its dtype) reached the conv window before this
+        plan = self.plan(batch, device, None if conv is None else conv.dtype)
         self.backend, self.merge_interval, self.state_v_first = plan["backend"], plan["merge_interval"], \
             plan["state_v_first"]
         self.capacity = self.merge_interval - 1
@@ -244,7 +260,6 @@ class DeltaLogLayer(LinearAttentionLayer):
         Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
         C = self.capacity
         f32 = dict(dtype=torch.float32, device=device)
-        conv = self.conv_states[0]
         self.base = torch.zeros((batch, HV, V, K) if self.state_v_first else (batch, HV, K, V), **f32)
         per_key = (K,) if self.spec.operator == "kda" else ()  # KDA decays each key channel
         self.log_decay = torch.zeros(batch, HV, *per_key, **f32)
@@ -303,10 +318,14 @@ class DeltaLogLayer(LinearAttentionLayer):
                     f"layer {self.layer_idx} holds conv states of {current.shape[1]} channels but the model passed "
                     f"{conv_states.shape[1]}: the cache belongs to a model with another configuration"
                 )
-        elif current is not None and self.is_conv_states_initialized[state_idx] and current.shape[:-1] != \
-                conv_states.shape[:-1]:
-            self.is_conv_states_initialized[state_idx] = False  # after reset(): a batch of another size reallocates
+        elif current is not None and self.is_conv_states_initialized[state_idx] and (
+                current.shape[:-1] != conv_states.shape[:-1] or current.dtype != conv_states.dtype
+                or current.device != conv_states.device):
+            # after reset(): a batch of another size, or a model of another dtype or device, reallocates (transformers
+            # would keep the old buffer and round the new model's conv windows to its dtype)
+            self.is_conv_states_initialized[state_idx] = False
         if state_idx == 0:
+            self._in_step = True
             self._pending += conv_states.shape[-1]
         return super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
                                          **kwargs)
@@ -325,6 +344,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             else:
                 self._seen += self._pending or 1
             self._pending = 0
+            self._in_step = False
             return self.handle
         if not isinstance(recurrent_states, torch.Tensor):
             raise TypeError(f"recurrent state must be a tensor or a DeltaLogState; got {type(recurrent_states)}")
@@ -347,6 +367,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             self._fold_decoded()  # outside the decode path
         self._seen += self._pending
         self._pending = 0
+        self._in_step = False
         return self.handle
 
     def seen_tokens(self) -> int:
@@ -496,6 +517,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             self._counter_mark = int(self.step_counter)  # the shared counter runs on; this layer starts from here
         self._seen = 0
         self._pending = 0
+        self._in_step = False
 
     def offload(self) -> None:
         """Move conv states and DeltaLog buffers to the CPU (transformers' offloading)."""
@@ -859,7 +881,11 @@ class DeltaLogCache(DynamicCache):
         setattr(layer, flag, False)  # transformers' lazy initialisation allocates it again for the new batch
 
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
-        self._require_linear(layer_idx)
+        """The layer's conv window (None before prefill). The model reads it at the start of a layer's step (and may
+        update it in place): the layer counts as inside a forward until it stores its recurrent state."""
+        layer = self._require_linear(layer_idx)
+        if state_idx == 0:
+            layer._in_step = True
         return super().get_conv_state(layer_idx, state_idx)
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
@@ -1038,7 +1064,8 @@ class DeltaLogCache(DynamicCache):
         part-way (an exception or an interrupt inside the model) left the first layers advanced and the others not."""
         check_layers_agree(held, {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
                                   for layer in self.deltalog_layers},
-                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None})
+                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None},
+                           [layer.layer_idx for layer in self.deltalog_layers if layer._in_step])
 
     def _check_room(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
                     max_new_tokens: int | None, max_length: int | None = None) -> None:
@@ -1107,11 +1134,18 @@ def memory_breakdown_of(layers: list) -> dict[str, int]:
     return out
 
 
-def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int]) -> None:
-    """Raise ValueError unless every layer in ``tokens`` (layer index → tokens it holds) holds ``held`` tokens and the
-    allocated layers hold one number of ``rows``: otherwise a forward stopped part-way through the model (an
-    exception or an interrupt) and the layers that ran hold more than the others. Shared by :class:`DeltaLogCache`
-    and the FLA cache."""
+def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interrupted: list[int] = ()) -> None:
+    """Raise ValueError unless every layer in ``tokens`` (layer index → tokens it holds) holds ``held`` tokens, the
+    allocated layers hold one number of ``rows`` and no layer is listed in ``interrupted`` (layers a forward entered
+    and did not finish: their conv windows moved, their recurrent states did not): otherwise a forward stopped
+    part-way through the model (an exception or an interrupt) and the layers that ran hold more than the others.
+    Shared by :class:`DeltaLogCache` and the FLA cache."""
+    if interrupted:
+        raise ValueError(
+            f"this DeltaLogCache is inconsistent: a forward stopped inside layer(s) {sorted(interrupted)}, after their "
+            "conv windows moved and before their recurrent states were stored. Call cache.reset() (or build a new "
+            "DeltaLogCache) and run the prompt again"
+        )
     if len(set(tokens.values()) | {held}) > 1 or len(rows) > 1:
         detail = ", ".join(f"layer {i}: {n}" for i, n in tokens.items())
         raise ValueError(

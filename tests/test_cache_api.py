@@ -1,6 +1,8 @@
 """DeltaLogCache's Cache API: lifecycle, batch operations, crop, lengths, memory, and errors on bad input."""
 
 import numpy as np
+import copy
+
 import pytest
 import torch
 import transformers
@@ -351,6 +353,40 @@ def test_a_forward_interrupted_part_way_is_caught_at_the_next_generate(family, s
                        model.generate(ids, cache=fresh, max_new_tokens=3, do_sample=False))
 
 
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_a_stop_inside_the_first_linear_layer_is_caught(family, phase):
+    """A stop inside layer 0 after its conv window moved and before its recurrent state was stored (where an OOM in
+    the prefill recurrence or a Ctrl-C most likely lands) changed no token count, so the next generate was not
+    refused: it decoded from the moved window (logits up to 0.097 off after a decode-step stop; other tokens after a
+    prefill stop). Now it raises a ValueError naming cache.reset(), and after reset() the retry matches a fresh
+    cache."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+    calls = {"n": 0}
+    stop_on = 1 if phase == "prefill" else 3  # layer 0's first store is the prefill's, then one per decode step
+    store = cache.update_recurrent_state
+
+    def stopping(recurrent_states, layer_idx, *args, **kwargs):
+        if layer_idx == 0:
+            calls["n"] += 1
+            if calls["n"] == stop_on:
+                raise KeyboardInterrupt
+        return store(recurrent_states, layer_idx, *args, **kwargs)
+
+    cache.update_recurrent_state = stopping
+    with pytest.raises(KeyboardInterrupt):
+        model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False)
+    cache.update_recurrent_state = store
+    with pytest.raises(ValueError, match=r"inconsistent: a forward stopped inside layer\(s\) \[0\].*cache.reset"):
+        model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    cache.reset()
+    fresh = DeltaLogCache(model, backend="torch", merge_interval=3)
+    assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False),
+                       model.generate(ids, cache=fresh, max_new_tokens=3, do_sample=False))
+
 def test_is_croppable_says_whether_crop_would_work():
     """transformers reads ``is_croppable`` as "crop can put the cache back as it was"; it was always True. Now it is
     True exactly when crop(-1) succeeds: a decoded token in the log and a way to rebuild the conv window."""
@@ -636,6 +672,45 @@ def test_gpu_plan_of_the_triton_backend():
     assert kda.plan(8, cuda) == dict(backend="triton", merge_interval=4, state_v_first=True, dense_fla=False)
     assert gdn.plan(8, torch.device("cpu"))["backend"] == "torch"
 
+
+
+def test_a_float64_model_decodes_on_the_torch_backend():
+    """The Triton kernels take bf16 / fp16 / fp32 activations. A float64 model on backend='triton' (what 'auto' picked
+    on a GPU) prefilled and then failed at the first decode step with the kernel's TypeError, naming no way out. Now
+    'auto' plans the PyTorch backend for a float64 layer, and backend='triton' refuses the model at the prefill with
+    a ValueError naming backend='torch'; the torch backend decodes it as transformers' default cache does."""
+    pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
+    cuda = torch.device("cuda")  # only a device object: nothing is allocated
+    gdn = DeltaLogCache(family_config("qwen3_5")).deltalog_layers[0]
+    assert gdn.plan(32, cuda, torch.float64)["backend"] == "torch"
+    assert gdn.plan(32, cuda, torch.bfloat16)["backend"] == "triton"
+    model = copy.deepcopy(tiny_model("qwen3_5")).to(torch.float64)
+    ids = prompt_ids(2, 6)
+    with pytest.raises(ValueError, match=r"run.* in torch.float64; use backend='torch'"):
+        model.generate(ids, cache=DeltaLogCache(model, backend="triton"), max_new_tokens=2, do_sample=False)
+    out = model.generate(ids, cache=DeltaLogCache(model), max_new_tokens=4, do_sample=False,
+                         output_logits=True, return_dict_in_generate=True)
+    ref = model.generate(ids, max_new_tokens=4, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, ref.sequences)
+    # transformers' torch recurrences compute in float32 even for a float64 model, and the DeltaLog state is float32:
+    # the two paths differ by float32 rounding in another summation order (measured: 3e-8)
+    torch.testing.assert_close(torch.stack(out.logits), torch.stack(ref.logits), rtol=0, atol=1e-6)
+
+
+def test_reset_then_a_model_of_another_dtype():
+    """After reset() a model of another dtype (same config) got conv windows kept in the first model's dtype
+    (transformers' DynamicCache does the same: bf16-rounded windows for an fp32 model, logits 3.4e-4 off). Now the
+    conv buffers are reallocated, and the fp32 model decodes exactly as on a fresh cache."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, backend="torch")
+    copy.deepcopy(model).to(torch.bfloat16).generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    cache.reset()
+    kw = dict(max_new_tokens=4, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    out = model.generate(ids, cache=cache, **kw)
+    ref = model.generate(ids, cache=DeltaLogCache(model, backend="torch"), **kw)
+    assert torch.equal(out.sequences, ref.sequences)
+    assert torch.equal(torch.stack(out.logits), torch.stack(ref.logits))
 
 def test_failing_dense_kernel_falls_back_to_our_kernel():
     """If FLA's dense kernel fails, the layer warns once and decodes with its own kernel (M = 1), exactly."""

@@ -189,7 +189,8 @@ def naive_deltalog_gdn_materialize(
         state_v_first: layout of ``base``.
 
     Returns:
-        ``[B, HV, K, V]`` (transformers' layout, whatever ``state_v_first``) in ``base.dtype``; a new tensor.
+        ``[B, HV, K, V]`` (transformers' layout, whatever ``state_v_first``) in the promoted dtype of ``base`` and
+        the log buffers (fp32 when all are fp32, fp64 if any is); a new tensor.
 
     Raises:
         ValueError, TypeError: on inconsistent shapes or dtypes.
