@@ -111,7 +111,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--batch", type=int, default=8, help="batch of the first default run (see --runs)")
     p.add_argument("--runs", nargs="+", default=None, metavar="B[:M]",
                    help="runs per family and dtype: B (default merge interval) or B:M; default: BATCH 64 64:2 64:16")
-    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=(*DTYPES, "float64"),
+                   help="float64 (not a default) decodes on the PyTorch backend under backend=\"auto\"")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default eval/results/gpu_generate_check.json; none with --cpu-smoke)")
     p.add_argument("--families", nargs="+", default=["qwen3_5"], choices=sorted(MODELS),
