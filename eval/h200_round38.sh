@@ -16,7 +16,7 @@ timeout 300 python3 -W ignore eval/bench_gdn_decode.py --operator kda --out $R/f
     --batches 1 8 32 64 128 256 512 --ms 2 4 8 16 --layouts VK --no-compile \
     --numerics-batches 64 128 256 --numerics-ms 4 8 > $R/kda_full.log 2>&1
 stamp "kda table rc=$?"
-python3 eval/gdn_report.py $R/full/kda/bench_kda_decode.json --out $R/full/kda > $R/kda_report.log 2>&1
+python3 eval/gdn_report.py $R/full/kda/bench_kda_decode.json --out $R/full/kda > $R/kda_report.log 2>&1  # (its summary assumes GDN's policy: deleted after the run; kda_table.md is the table)
 stamp "report rc=$?"; grep -E "^\| *(1|8|32|64|128|256|512) \|" $R/full/kda/*.md | head -8
 ( timeout 100 python3 eval/gpu_generate_check.py --families kimi_linear --runs 64 --dtypes float32 \
     --out $R/kimi_fp32.json > $R/kimi_fp32.log 2>&1; stamp "kimi rc=$?" ) &

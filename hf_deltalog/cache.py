@@ -836,6 +836,20 @@ class DeltaLogCache(DynamicCache):
                 f"on a {getattr(text, 'model_type', None)!r} model with another configuration; build the cache from "
                 "the model that uses it"
             )
+        # The conv window's width is not in the fingerprint: a model whose short convolutions are wider or narrower
+        # than the ones that filled this cache would decode from a window of the wrong width without any error.
+        kernels = {m.layer_idx: m.conv_kernel_size for m in model.modules()
+                   if isinstance(getattr(m, "conv_kernel_size", None), int)
+                   and isinstance(getattr(m, "layer_idx", None), int)}
+        for layer in self.deltalog_layers:
+            width = layer.conv_kernel_size.get(0) if layer.has_previous_state[0] else None
+            if width is not None and kernels.get(layer.layer_idx, width) != width:
+                raise ValueError(
+                    f"this DeltaLogCache holds conv windows of width {width} in layer {layer.layer_idx}, but the "
+                    f"model's short convolution there has width {kernels[layer.layer_idx]}: the cache was filled by a "
+                    "model with another configuration; call cache.reset() or build the cache from the model that "
+                    "uses it"
+                )
 
     def _has_attention(self) -> bool:
         return any(isinstance(layer, CacheLayerMixin) for layer in self.layers)

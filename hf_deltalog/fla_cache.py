@@ -175,6 +175,10 @@ class FLADeltaLogLayer(FLALayer):
         self.handle = FLADeltaLogState(self)
         self._names: tuple[str, ...] = ()
         self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = self.workspace = None
+        # A forward is inside this layer: set when the model reads the layer's state dict (FLA's layers then update
+        # their conv state in place), cleared when the layer stores its new states. Still set at the next generate
+        # means a forward stopped inside the layer after its conv window moved.
+        self._in_step = False
 
     # ------------------------------------------------------------------ buffers
     def _tensors(self) -> dict[str, torch.Tensor]:
@@ -269,8 +273,10 @@ class FLADeltaLogLayer(FLALayer):
         elif recurrent_state is not None:
             raise self.shared.status.reject(
                 f"layer {self.layer_idx}: a recurrent state must be a tensor; got {type(recurrent_state).__name__}")
-        return super().update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
-                              ffn_state=ffn_state, offset=offset, cache_kwargs=cache_kwargs, **kwargs)
+        out = super().update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
+                             ffn_state=ffn_state, offset=offset, cache_kwargs=cache_kwargs, **kwargs)
+        self._in_step = False
+        return out
 
     def materialize(self, state_v_first: bool | None = None) -> torch.Tensor:
         """The dense logical state, fp32, a new contiguous tensor in FLA's layout of this layer (``[B, HV, V, K]`` for
@@ -429,6 +435,7 @@ class FLADeltaLogLayer(FLALayer):
         super().reset()
         for t in self._tensors().values():
             t.zero_()
+        self._in_step = False
 
 
 def _gates(operator: str, a: dict[str, Any], g: torch.Tensor | None, beta: torch.Tensor | None, v: torch.Tensor):
@@ -557,10 +564,26 @@ class FLADeltaLogCache(FLACache):
         if recurrent_state is not None and not isinstance(layer, FLADeltaLogLayer):
             raise self._shared.status.reject(
                 f"the model passed a recurrent state for layer {layer_idx}, but this DeltaLogCache was built for a "
-                "config whose layer {layer_idx} is softmax attention; build the cache from the model that uses it"
+                f"config whose layer {layer_idx} is softmax attention; build the cache from the model that uses it"
             )
         return layer.update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
                             ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs)
+
+    def __getitem__(self, layer_idx: int) -> dict[str, Any]:
+        """FLA's state dict of layer ``layer_idx`` (what FLA's layers read at the start of a step): a
+        linear-attention layer holding a state counts as inside a forward until it stores its new states."""
+        state = super().__getitem__(layer_idx)
+        layer = self.layers[layer_idx]
+        if isinstance(layer, FLADeltaLogLayer) and layer.base is not None:
+            layer._in_step = True
+        return state
+
+    def __iter__(self):
+        for layer in self.layers:  # not through __getitem__: iterating is not a forward's read
+            yield layer.state
+
+    def to_legacy_cache(self) -> tuple:
+        return tuple(layer.state for layer in self.layers)
 
     def materialize(self, layer_idx: int) -> torch.Tensor:
         """Dense logical state of recurrent layer ``layer_idx`` in FLA's layout of the layer (``[B, HV, V, K]`` for
@@ -665,7 +688,8 @@ class FLADeltaLogCache(FLACache):
         # every layer of the model (attention ones too) counts its tokens; a layer not created yet holds none
         check_layers_agree(held, {i: self.layers[i].get_seq_length() if i < len(self.layers) else 0
                                   for i in range(len(self._linear))},
-                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None})
+                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None},
+                           [layer.layer_idx for layer in self.deltalog_layers if layer._in_step])
         if held == 0:
             return
         _check_held_rows_continue(held, self._after_beams, expand)

@@ -712,6 +712,27 @@ def test_reset_then_a_model_of_another_dtype():
     assert torch.equal(out.sequences, ref.sequences)
     assert torch.equal(torch.stack(out.logits), torch.stack(ref.logits))
 
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+def test_continuing_on_a_model_with_another_conv_width_is_refused(family):
+    """The configuration check compared model type, layer types and head sizes only: a cache filled by a model with
+    width-4 short convolutions, continued on one with width 2, decoded silently from windows of the wrong width. Now
+    generate refuses it before anything changes, and the cache still continues on its own model."""
+    model = tiny_model(family)
+    cfg = copy.deepcopy(model.config)
+    cfg.linear_conv_kernel_dim = 2  # both families name it so in transformers 5.x
+    other = type(model)(cfg).eval()
+    assert {m.conv_kernel_size for m in other.modules() if hasattr(m, "conv_kernel_size")} == {2}
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, backend="torch")
+    first = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    turn2 = torch.cat([first, prompt_ids(2, 2, seed=9)], dim=1)
+    with pytest.raises(ValueError, match="conv windows of width 4 in layer 0.*has width 2"):
+        other.generate(turn2, cache=cache, max_new_tokens=2, do_sample=False)
+    out = model.generate(turn2, cache=cache, max_new_tokens=2, do_sample=False)
+    assert torch.equal(out, model.generate(turn2, cache=DeltaLogCache(model, backend="torch"), max_new_tokens=2,
+                                           do_sample=False))
+
 def test_failing_dense_kernel_falls_back_to_our_kernel():
     """If FLA's dense kernel fails, the layer warns once and decodes with its own kernel (M = 1), exactly."""
     pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")

@@ -132,3 +132,52 @@ def test_patched_chunk_recurrence_takes_upstream_positional_calls(module, name):
                          ((q, k, v), dict(g=g, beta=beta, chunk_size=2, initial_state=S0, output_final_state=True))):
         ours, ref = patched(*args, **kwargs), upstream(*args, **kwargs)
         assert torch.equal(ours[0], ref[0]) and torch.equal(ours[1], ref[1])
+
+
+RELOAD_SCRIPT = """
+import importlib, sys
+sys.modules.setdefault("fla", None)  # as tests/conftest.py: transformers' own path, not FLA's kernels
+sys.path.insert(0, {tests!r})
+import torch
+from transformers import DynamicCache
+import hf_deltalog
+from utils import family_config, prompt_ids
+
+hf_deltalog.patch()
+mod = importlib.import_module("transformers.models.qwen3_5.modeling_qwen3_5")
+importlib.reload(mod)  # the module's globals are upstream's again
+assert not hf_deltalog.is_patched("qwen3_5")
+assert "qwen3_5" not in hf_deltalog.patches.patched_families()
+torch.manual_seed(0)
+model = mod.Qwen3_5ForCausalLM(family_config("qwen3_5")).eval()
+ids = prompt_ids(2, 5)
+kw = dict(max_new_tokens=4, do_sample=False)
+out = model.generate(ids, past_key_values=hf_deltalog.DeltaLogCache(model, backend="torch"), **kw)  # patches again
+assert hf_deltalog.is_patched("qwen3_5")
+ref = model.generate(ids, past_key_values=DynamicCache(config=model.config), **kw)
+assert torch.equal(out, ref)
+
+def mine(*args, **kwargs):  # a rebinding made after patch(), by the user or another library
+    raise NotImplementedError
+mod.torch_recurrent_gated_delta_rule = mine
+hf_deltalog.unpatch()
+assert mod.torch_recurrent_gated_delta_rule is mine  # unpatch() restores only its own dispatchers
+assert not hasattr(mod.torch_chunk_gated_delta_rule, "__deltalog_upstream__")
+print("ok")
+"""
+
+
+def test_patch_follows_the_module_globals_after_a_reload(tmp_path):
+    """After importlib.reload of a modeling module, patch() did nothing and is_patched() said True (the bookkeeping
+    said so), while the module held upstream's functions again: a DeltaLogCache could not decode, and the error's
+    advice (call patch()) did not help. unpatch() also wrote its saved originals over whatever was bound by then.
+    Now patch() / is_patched() read the module's globals, and unpatch() restores only its own dispatchers. Runs in a
+    subprocess: a reload redefines the module's classes for the rest of the process."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "reload.py"
+    script.write_text(RELOAD_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

@@ -191,3 +191,35 @@ def test_a_forward_interrupted_part_way_is_caught_at_the_next_generate(family):
     out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
     ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
     assert torch.equal(out.sequences, ref.sequences)
+
+
+@pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
+def test_a_decode_step_stopped_inside_a_layer_is_caught(family):
+    """A decode step stopped inside layer 0 after FLA's short convolution moved its conv window in place, before the
+    layer stored its states (simulated by a stop in the cache's update of layer 0), changed no token count: the next
+    generate was not refused and decoded from the moved window. Now it raises a ValueError naming cache.reset(), and
+    after reset() the cache matches FLA's."""
+    model = tiny_model(family, layers=2)
+    ids = prompt_ids(2, 4, seed=8)
+    cache = DeltaLogCache(model, merge_interval=3)
+    calls = {"n": 0}
+    store = cache.update
+
+    def stopping(*args, **kwargs):
+        if kwargs.get("layer_idx") == 0:
+            calls["n"] += 1
+            if calls["n"] == 3:  # the prefill's store, one decode step's, then a stop inside the next step
+                raise KeyboardInterrupt
+        return store(*args, **kwargs)
+
+    cache.update = stopping
+    with pytest.raises(KeyboardInterrupt):
+        generate_ours(model, ids, cache, max_new_tokens=5, do_sample=False)
+    cache.update = store
+    assert calls["n"] == 3
+    with pytest.raises(ValueError, match=r"stopped inside layer\(s\) \[0\].*cache.reset"):
+        generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
+    cache.reset()
+    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
+    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)

@@ -228,9 +228,9 @@ def _patch_generation() -> None:
     """Wrap ``GenerationMixin.generate`` so a DeltaLogCache can check that a generate call continues what it holds."""
     from transformers.generation.utils import GenerationMixin
 
-    if "generate" in _GENERATION_ORIGINAL:
+    if "generate" in _GENERATION_ORIGINAL and _ours(GenerationMixin.__dict__.get("generate")):
         return
-    upstream = GenerationMixin.__dict__.get("generate")
+    upstream = _upstream_of(GenerationMixin.__dict__.get("generate"))
     if upstream is None:
         import transformers
 
@@ -276,10 +276,12 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
         patch_fla(fla_names)
     with _LOCK:
         for spec in specs:
-            if spec.model_type in _ORIGINALS:
+            if spec.model_type in _ORIGINALS and _bound(spec):
                 continue
+            # Not patched, or the module's globals no longer hold the dispatchers (the module was reloaded, or
+            # something rebound them): bind what the module holds now.
             module = _import_family(spec)
-            originals = {spec.recurrent: getattr(module, spec.recurrent), spec.chunk: getattr(module, spec.chunk)}
+            originals = {name: _upstream_of(getattr(module, name)) for name in (spec.recurrent, spec.chunk)}
             setattr(module, spec.recurrent, _recurrent_dispatcher(originals[spec.recurrent], spec))
             setattr(module, spec.chunk, _chunk_dispatcher(originals[spec.chunk], spec))
             _ORIGINALS[spec.model_type] = originals
@@ -300,13 +302,15 @@ def unpatch() -> None:
         for model_type, originals in list(_ORIGINALS.items()):
             module = importlib.import_module(FAMILIES[model_type].module)
             for name, fn in originals.items():
-                setattr(module, name, fn)
+                if _ours(getattr(module, name, None)):  # what was bound after patch() (a reload, a rebinding) stays
+                    setattr(module, name, fn)
             del _ORIGINALS[model_type]
         upstream = _GENERATION_ORIGINAL.pop("generate", None)
         if upstream is not None:
             from transformers.generation.utils import GenerationMixin
 
-            GenerationMixin.generate = upstream
+            if _ours(GenerationMixin.__dict__.get("generate")):
+                GenerationMixin.generate = upstream
 
 
 def is_patched(model_type: str) -> bool:
@@ -316,9 +320,28 @@ def is_patched(model_type: str) -> bool:
 
     if model_type in FLA_FAMILIES:
         return is_fla_patched(model_type)
-    return _resolve(model_type).model_type in _ORIGINALS
+    spec = _resolve(model_type)
+    return spec.model_type in _ORIGINALS and _bound(spec)
 
 
 def patched_families() -> list[str]:
     """The text-config model types currently patched."""
-    return sorted(_ORIGINALS)
+    return sorted(model_type for model_type in _ORIGINALS if _bound(FAMILIES[model_type]))
+
+
+def _ours(fn: Any) -> bool:
+    """Whether ``fn`` is one of the dispatchers :func:`patch` binds."""
+    return getattr(fn, "__deltalog_upstream__", None) is not None
+
+
+def _upstream_of(fn: Any) -> Any:
+    """The upstream function behind ``fn`` (``fn`` itself unless it is one of our dispatchers)."""
+    while _ours(fn):
+        fn = fn.__deltalog_upstream__
+    return fn
+
+
+def _bound(spec: FamilySpec) -> bool:
+    """Whether the family's module (if imported) holds the dispatchers in both globals."""
+    module = sys.modules.get(spec.module)
+    return module is not None and all(_ours(getattr(module, name, None)) for name in (spec.recurrent, spec.chunk))
