@@ -116,6 +116,42 @@ def _triton_kernels(operator: str) -> tuple[Callable, Callable] | None:
     return decode, workspace
 
 
+NO_BACKWARD_MESSAGE = (
+    "backpropagation through a DeltaLogCache is not supported: its recurrent state lives outside autograd (the decode "
+    "step updates it in place), so gradients through cached decoding would be wrong. Decode under torch.no_grad() or "
+    "torch.inference_mode() (generate does); to train, run the model on whole sequences without a cache"
+)
+
+
+class _NoBackwardThroughState(torch.autograd.Function):
+    """Identity on the output of a step that read the cached state; its backward raises (see
+    :func:`no_backward_through_state`)."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        raise RuntimeError(NO_BACKWARD_MESSAGE)
+
+
+def no_backward_through_state(out: Any, *inputs: Any) -> Any:
+    """The output of a recurrence that read a DeltaLog state, unchanged; but when grad mode is on and one of ``inputs``
+    requires grad, a backward pass into it raises RuntimeError (:data:`NO_BACKWARD_MESSAGE`) instead of returning
+    gradients that miss the path through the recurrent state (the state is read without autograd). transformers'
+    default cache fails such a backward too (an in-place modification error). ``out``: a tensor, or a tuple whose
+    first element is the output tensor. Shared by :class:`DeltaLogCache` and the FLA cache's bindings."""
+    if not torch.is_grad_enabled():
+        return out
+    needs = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not needs:
+        return out
+    if isinstance(out, tuple):
+        return (_NoBackwardThroughState.apply(out[0], *needs), *out[1:])
+    return _NoBackwardThroughState.apply(out, *needs)
+
+
 class DeltaLogState:
     """What :meth:`DeltaLogCache.get_recurrent_state` hands the model instead of a dense tensor.
 
@@ -1114,7 +1150,7 @@ class DeltaLogCache(DynamicCache):
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         consumed = None if sequences is None else sequences[:, :-1]
         if consumed is not None and consumed.shape == (self.batch_size, int(self.get_seq_length())):
-            self._ledger = consumed
+            self._ledger = consumed.clone()  # not a view: the caller may edit the returned ids in place
         else:
             self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later
 

@@ -710,7 +710,7 @@ class FLADeltaLogCache(FLACache):
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         consumed = None if sequences is None else sequences[:, :-1]
         ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())
-        self._ledger = consumed if ok else None
+        self._ledger = consumed.clone() if ok else None  # not a view: the caller may edit the returned ids in place
 
 
 @contextlib.contextmanager

@@ -733,6 +733,73 @@ def test_continuing_on_a_model_with_another_conv_width_is_refused(family):
     assert torch.equal(out, model.generate(turn2, cache=DeltaLogCache(model, backend="torch"), max_new_tokens=2,
                                            do_sample=False))
 
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+@pytest.mark.parametrize("step", [1, 2], ids=["one-token-step", "two-token-continuation"])
+def test_backward_through_cached_decoding_raises(family, step):
+    """A manual loop without torch.no_grad(): the cached state is read outside autograd, so a backward pass returned
+    gradients that missed the path through the recurrent state (relative errors 0.44-1.87 in the linear-attention
+    parameters), silently; transformers' default cache fails such a backward. Now the backward raises a
+    RuntimeError saying why, and the forward is unchanged (same logits as under no_grad)."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 6)
+    nxt = prompt_ids(2, step, seed=5)
+    cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+    model(ids, cache=cache, use_cache=True)  # grad mode on: the prefill's own outputs keep their graph
+    logits = model(nxt, cache=cache, use_cache=True).logits
+    assert logits.requires_grad
+    ref_cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+    forward(model, ids, ref_cache)
+    assert torch.equal(logits.detach(), forward(model, nxt, ref_cache))
+    with pytest.raises(RuntimeError, match="backpropagation through a DeltaLogCache is not supported"):
+        logits.logsumexp(-1).sum().backward()
+
+
+def test_generate_checks_read_the_model_generation_defaults():
+    """With a generation_config object passed, the checks read num_beams / num_return_sequences / use_cache from it
+    alone, but generate completes it with the model's own generation_config: with a model default of num_beams=4 a
+    beam search went unnoticed and its beams were continued (other tokens than a fresh cache), and a model default of
+    use_cache=False re-fed the whole sequence into the cache (wrong tokens, 51 tokens held). Now the checks read the
+    config generate runs with."""
+    from transformers import GenerationConfig
+
+    model = copy.deepcopy(tiny_model("qwen3_5"))  # tiny_model is cached: its generation_config is changed here
+    model.generation_config.num_beams = 4
+    ids = prompt_ids(1, 6)
+    cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+    out = model.generate(ids, cache=cache, generation_config=GenerationConfig(max_new_tokens=5, pad_token_id=0),
+                         num_return_sequences=4)
+    assert out.shape[0] == 4
+    turn2 = torch.cat([out, torch.full((4, 2), 9)], dim=1)
+    with pytest.raises(ValueError, match="from a beam search"):
+        model.generate(turn2, cache=cache, generation_config=GenerationConfig(max_new_tokens=5, num_beams=1,
+                                                                              pad_token_id=0))
+    held = DeltaLogCache(model, backend="torch")
+    first = model.generate(ids, cache=held, max_new_tokens=4, num_beams=1, pad_token_id=0)
+    with pytest.raises(ValueError, match="num_beams / num_return_sequences = 4"):  # refused before any change
+        model.generate(torch.cat([first, torch.full((1, 2), 9)], dim=1), cache=held,
+                       generation_config=GenerationConfig(max_new_tokens=4, pad_token_id=0))
+    assert held.get_seq_length() == first.shape[1] - 1
+    model.generation_config.num_beams = 1
+    model.generation_config.use_cache = False
+    with pytest.raises(ValueError, match="use_cache=False"):
+        model.generate(ids, cache=DeltaLogCache(model, backend="torch"),
+                       generation_config=GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0))
+
+
+def test_the_consumed_tokens_are_a_copy_of_the_returned_ids():
+    """The record of what the cache consumed was a view of the tensor generate returned: editing that tensor in place
+    afterwards made a valid continuation fail the check (and an edited one pass it). Now it is a copy."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, backend="torch")
+    out = model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False)
+    turn2 = torch.cat([out, torch.full((2, 2), 9)], dim=1)
+    out[:, 2] = 50  # the caller post-processes the returned ids in place
+    got = model.generate(turn2, cache=cache, max_new_tokens=3, do_sample=False)
+    assert torch.equal(got, model.generate(turn2, cache=DeltaLogCache(model, backend="torch"), max_new_tokens=3,
+                                           do_sample=False))
+
 def test_failing_dense_kernel_falls_back_to_our_kernel():
     """If FLA's dense kernel fails, the layer warns once and decodes with its own kernel (M = 1), exactly."""
     pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")

@@ -223,3 +223,18 @@ def test_a_decode_step_stopped_inside_a_layer_is_caught(family):
     out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
     ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
     assert torch.equal(out.sequences, ref.sequences)
+
+
+def test_the_consumed_tokens_are_a_copy_of_the_returned_ids():
+    """The record of what the cache consumed was a view of the ids generate returned: an in-place edit of them made
+    a valid continuation fail the check. Now it is a copy."""
+    model = tiny_model("gated_deltanet", layers=2)
+    ids = prompt_ids(2, 4, seed=8)
+    cache = DeltaLogCache(model, merge_interval=3)
+    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
+    seqs = out.sequences if hasattr(out, "sequences") else out
+    turn2 = torch.cat([seqs, prompt_ids(2, 2, seed=9)], dim=1)
+    seqs[:, 1] = 5  # the caller post-processes the returned ids in place
+    got = generate_ours(model, turn2, cache, max_new_tokens=3, **GREEDY)
+    ref, _ = generate_ref(model, turn2, max_new_tokens=3, **GREEDY)
+    assert torch.equal(got.sequences, ref.sequences)

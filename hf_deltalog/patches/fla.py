@@ -159,7 +159,9 @@ def _dispatcher(upstream: Callable, spec: FLAFamilySpec, multi_token: bool) -> C
         arguments = dict(call.arguments)
         extra = arguments.pop(next((n for n, p in signature.parameters.items() if p.kind is p.VAR_KEYWORD), ""), {})
         arguments.update(extra)
-        return state.run(upstream, spec, arguments, multi_token)
+        from hf_deltalog.cache import no_backward_through_state
+
+        return no_backward_through_state(state.run(upstream, spec, arguments, multi_token), *arguments.values())
 
     deltalog_dispatch.__deltalog_upstream__ = upstream
     return deltalog_dispatch

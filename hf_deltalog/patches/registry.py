@@ -144,12 +144,13 @@ def _recurrent_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
     @functools.wraps(upstream)
     def deltalog_recurrent(query, key, value, g=None, beta=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, **kwargs):
-        from hf_deltalog.cache import DeltaLogState
+        from hf_deltalog.cache import DeltaLogState, no_backward_through_state
 
         if isinstance(initial_state, DeltaLogState):
-            return initial_state.recurrent(
+            out = initial_state.recurrent(
                 upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm_in_kernel, kwargs
             )
+            return no_backward_through_state(out, query, key, value, g, beta)
         return upstream(query, key, value, g=g, beta=beta, initial_state=initial_state,
                         output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, **kwargs)
 
@@ -166,7 +167,7 @@ def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
 
     @functools.wraps(upstream)
     def deltalog_chunk(*args, **kwargs):
-        from hf_deltalog.cache import DeltaLogState
+        from hf_deltalog.cache import DeltaLogState, no_backward_through_state
 
         try:
             bound = signature.bind(*args, **kwargs)
@@ -177,7 +178,8 @@ def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
             return upstream(*args, **kwargs)
         query, value = bound.args[0], bound.args[2]
         bound.arguments["initial_state"] = state.dense_for(spec, query, value)
-        return upstream(*bound.args, **bound.kwargs)
+        return no_backward_through_state(upstream(*bound.args, **bound.kwargs), *bound.args,
+                                         *bound.kwargs.values())
 
     deltalog_chunk.__deltalog_upstream__ = upstream
     return deltalog_chunk
@@ -193,10 +195,14 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         if not isinstance(cache, DeltaLogCache) and not getattr(type(cache), "_deltalog_generate_checks", False):
             return upstream(self, inputs, *args, **kwargs)
         cache._check_model(self)
-        config = kwargs.get("generation_config") or self.generation_config
+        resolved = _resolved_generation_config(self, kwargs)
 
-        def option(name: str, default: Any) -> Any:  # as generate resolves it: the call's kwarg, else the config's
-            value = kwargs.get(name)
+        def option(name: str, default: Any) -> Any:  # as generate resolves it
+            if resolved is not None:
+                value = getattr(resolved, name, None)
+                return default if value is None else value
+            value = kwargs.get(name)  # fallback: the call's kwarg, else the passed or the model's config
+            config = kwargs.get("generation_config") or self.generation_config
             return getattr(config, name, default) if value is None else value
 
         use_cache = option("use_cache", True)
@@ -222,6 +228,22 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
 
     generate.__deltalog_upstream__ = upstream
     return generate
+
+
+def _resolved_generation_config(model: Any, kwargs: dict[str, Any]) -> Any:
+    """The generation config ``generate`` will run with: the passed ``generation_config`` (or none), completed with the
+    model's own ``generation_config`` and then overridden by the call's keyword arguments, through transformers' own
+    ``_prepare_generation_config`` (a passed config leaves unset fields to the model's defaults, e.g. a model default
+    of ``num_beams=4``). None when that method is missing or fails (``generate`` itself then reports the problem)."""
+    prepare = getattr(model, "_prepare_generation_config", None)
+    if prepare is None:
+        return None
+    rest = {k: v for k, v in kwargs.items() if k != "generation_config"}
+    try:
+        resolved, _ = prepare(kwargs.get("generation_config"), **rest)
+    except Exception:  # noqa: BLE001 - e.g. a legacy config; generate raises it itself
+        return None
+    return resolved
 
 
 def _patch_generation() -> None:
