@@ -392,8 +392,12 @@ class DeltaLogLayer(LinearAttentionLayer):
                 "to a model with another configuration"
             )
         batch = recurrent_states.shape[0]
-        if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device:
-            self._allocate(batch, recurrent_states.device)  # on the device of the layer that produced the state
+        conv = self.conv_states[0]
+        replan = self.backend == "triton" and conv is not None and conv.dtype not in KERNEL_ACT_DTYPES
+        if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device or replan:
+            # on the device of the layer that produced the state; replanned when a model of a dtype the Triton
+            # kernels do not take (float64) follows reset()
+            self._allocate(batch, recurrent_states.device)
         self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
         self.log_decay.zero_()
         self.length.zero_()

@@ -692,6 +692,13 @@ def test_a_float64_model_decodes_on_the_torch_backend():
                          output_logits=True, return_dict_in_generate=True)
     ref = model.generate(ids, max_new_tokens=4, do_sample=False, output_logits=True, return_dict_in_generate=True)
     assert torch.equal(out.sequences, ref.sequences)
+    # a cache that decoded an fp32 model on the Triton backend plans again for a float64 model after reset() (here
+    # backend='triton', so the float64 model is refused at its prefill, not at its first decode step)
+    cache = DeltaLogCache(model, backend="triton")
+    copy.deepcopy(model).float().generate(ids, cache=cache, max_new_tokens=2, do_sample=False)
+    cache.reset()
+    with pytest.raises(ValueError, match=r"run.* in torch.float64; use backend='torch'"):
+        model.generate(ids, cache=cache, max_new_tokens=2, do_sample=False)
     # transformers' torch recurrences compute in float32 even for a float64 model, and the DeltaLog state is float32:
     # the two paths differ by float32 rounding in another summation order (measured: 3e-8)
     torch.testing.assert_close(torch.stack(out.logits), torch.stack(ref.logits), rtol=0, atol=1e-6)
