@@ -5,7 +5,8 @@ One `hf_deltalog.harness.CachedHFLM` per checkpoint runs each task with `cache="
 decoding (see the harness module). For each task it reports every metric of both runs and their difference, the
 fraction of generations that are identical, the largest per-request log-likelihood difference, and, for each
 generation that differs, the first step where the tokens part and both runs' top-2 logits there (a near tie of the
-two best tokens explains a bf16 difference). Writes `parity.json` and `parity.md` (a side-by-side table) to `--out`.
+two best tokens, within 4 units in the last place of the run's dtype, explains a difference). A NaN score on either
+side counts as an infinite difference. Writes `parity.json` and `parity.md` (a side-by-side table) to `--out`.
 
 Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`) and any standard
 lm-eval task name whose data is available (cached or downloadable); a task that cannot load is reported as skipped.
@@ -55,14 +56,25 @@ def _generations(sample: dict) -> list[str]:
     return [r for resp in sample["resps"] for r in resp if isinstance(r, str)]
 
 
-def _near_tie_tolerance(logit: float) -> float:
-    """Four bf16 units in the last place of `logit` (bf16 keeps 8 significant bits): two logits of a bf16 model
-    closer than this are a near tie."""
-    return 4 * 2.0 ** (math.floor(math.log2(max(abs(logit), 1e-30))) - 7)
+SIGNIFICANT_BITS = {"bfloat16": 8, "float16": 11, "float32": 24}
 
 
-def explain_difference(lm, context: str, default_records: list[dict], deltalog_records: list[dict]) -> dict:
-    """Where the generations of one context part, and both runs' top-2 tokens and logits at that step."""
+def _near_tie_tolerance(logit: float, dtype: str = "bfloat16") -> float:
+    """Four units in the last place of `logit` in the run's `dtype` (bf16 keeps 8 significant bits, fp16 11, fp32
+    24): two logits of a model in that dtype closer than this are a near tie."""
+    return 4 * 2.0 ** (math.floor(math.log2(max(abs(logit), 1e-30))) + 1 - SIGNIFICANT_BITS.get(dtype, 8))
+
+
+def _ll_diff(p: float, q: float) -> float:
+    """|p − q| for two log-likelihoods of one request; inf when either is NaN (`max` and sorting skip NaN, which would
+    hide a broken score; a NaN on both sides is no agreement either)."""
+    return math.inf if math.isnan(p) or math.isnan(q) else abs(p - q)
+
+
+def explain_difference(lm, context: str, default_records: list[dict], deltalog_records: list[dict],
+                       dtype: str = "bfloat16") -> dict:
+    """Where the generations of one context part, and both runs' top-2 tokens and logits at that step; a near tie is
+    judged in the runs' `dtype` (:func:`_near_tie_tolerance`)."""
     ids = lm.tok_batch_encode([context])[0][0].tolist()
     a = next((r for r in default_records if r["context"] == ids), None)
     b = next((r for r in deltalog_records if r["context"] == ids), None)
@@ -80,12 +92,12 @@ def explain_difference(lm, context: str, default_records: list[dict], deltalog_r
     # which topk may list in either order whatever argmax picked.
     same_pair = set(ta) == set(tb)
     margin_a, margin_b = la[0] - la[1], lb[0] - lb[1]
-    tol = _near_tie_tolerance(la[0])
+    tol = _near_tie_tolerance(la[0], dtype)
     return dict(found=True, first_differing_step=step, default_top2=[lm.tok_decode([t]) for t in ta],
                 default_top2_logits=la, deltalog_top2=[lm.tok_decode([t]) for t in tb], deltalog_top2_logits=lb,
                 default_margin=margin_a, deltalog_margin=margin_b, near_tie_tolerance=tol,
                 explained=bool(same_pair and margin_a <= tol and margin_b <= tol),
-                reason="the same two best tokens, both margins within 4 bf16 ulps" if same_pair
+                reason=f"the same two best tokens, both margins within 4 {dtype} ulps" if same_pair
                 else "different top-2 tokens")
 
 
@@ -106,7 +118,7 @@ def explain_metric_flip(x: dict, y: dict, metric_keys: list[str], target_delimit
     la, lb = _loglikelihoods(x), _loglikelihoods(y)
     conts = [a[1] if isinstance(a, (list, tuple)) and len(a) > 1 else "" for a in x["arguments"]]
     conts = [c[len(target_delimiter):] if target_delimiter and c.startswith(target_delimiter) else c for c in conts]
-    d = max((abs(p - q) for p, q in zip(la, lb)), default=0.0)
+    d = max((_ll_diff(p, q) for p, q in zip(la, lb)), default=0.0)
     flips = {k: dict(default=x.get(k), deltalog=y.get(k)) for k in metric_keys if x.get(k) != y.get(k)}
     gaps = {}
     for k in flips:
@@ -123,8 +135,11 @@ def explain_metric_flip(x: dict, y: dict, metric_keys: list[str], target_delimit
                 max_abs_loglikelihood_diff=d, gaps=gaps, explained=all(g["near_tie"] for g in gaps.values()))
 
 
-def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, list[dict]]) -> dict:
-    """Side-by-side metrics and per-request agreement of one task's two runs (lm-eval result dicts)."""
+def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, list[dict]],
+            dtype: str = "bfloat16") -> dict:
+    """Side-by-side metrics and per-request agreement of one task's two runs (lm-eval result dicts) in `dtype`.
+    lm-eval logs one sample per document and filter; generations and log-likelihood requests are counted once per
+    document (the filters post-process the same responses), per-document metric flips per filter."""
     ma, mb = _metrics(default["results"][task]), _metrics(deltalog["results"][task])
     metrics = {k: dict(default=ma[k], deltalog=mb.get(k), diff=None if mb.get(k) is None else mb[k] - ma[k],
                        identical=ma[k] == mb.get(k)) for k in ma}
@@ -137,8 +152,15 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
     first = next(iter(sa.values()), {})  # per-document metrics are sample keys without the filter ("acc,none" → "acc")
     delimiter = (default.get("configs", {}).get(task) or {}).get("target_delimiter", " ")  # lm-eval's default: " "
     doc_metric_keys = sorted({k.split(",")[0] for k in ma if isinstance(first.get(k.split(",")[0]), (int, float))})
+    counted = set()
     for key, x in sa.items():
         y = sb[key]
+        la, lb = _loglikelihoods(x), _loglikelihoods(y)
+        if la and any(x.get(k) != y.get(k) for k in doc_metric_keys):
+            flipped.append(explain_metric_flip(x, y, doc_metric_keys, delimiter))
+        if x["doc_id"] in counted:
+            continue  # the same responses under another filter
+        counted.add(x["doc_id"])
         ga, gb = _generations(x), _generations(y)
         if ga:
             n_gen += len(ga)
@@ -147,13 +169,11 @@ def compare(lm, task: str, default: dict, deltalog: dict, records: dict[str, lis
             if same < len(ga):
                 context = x["arguments"][0][0]
                 differing.append(dict(doc_id=x["doc_id"], default=ga, deltalog=gb,
-                                      **explain_difference(lm, context, records["default"], records["deltalog"])))
-        la, lb = _loglikelihoods(x), _loglikelihoods(y)
-        ll_pairs += [(abs(p - q), x["doc_id"], i, p, q) for i, (p, q) in enumerate(zip(la, lb))]
-        if la and any(x.get(k) != y.get(k) for k in doc_metric_keys):
-            flipped.append(explain_metric_flip(x, y, doc_metric_keys, delimiter))
+                                      **explain_difference(lm, context, records["default"], records["deltalog"],
+                                                           dtype)))
+        ll_pairs += [(_ll_diff(p, q), x["doc_id"], i, p, q) for i, (p, q) in enumerate(zip(la, lb))]
     return dict(
-        task=task, documents=len(sa), metrics=metrics, metrics_identical=all(m["identical"] for m in metrics.values()),
+        task=task, documents=len(counted), metrics=metrics, metrics_identical=all(m["identical"] for m in metrics.values()),
         generations=n_gen, generations_identical=n_same, generations_identical_fraction=n_same / n_gen if n_gen else None,
         loglikelihood_requests=len(ll_pairs), max_abs_loglikelihood_diff=max(ll_pairs)[0] if ll_pairs else None,
         largest_loglikelihood_diffs=[dict(doc_id=d, request=i, default=p, deltalog=q, abs_diff=a)
@@ -197,7 +217,7 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
                 raise
             out["skipped"][task] = f"{type(e).__name__}: {e}"
             continue
-        row = compare(lm, task, runs["default"], runs["deltalog"], records)
+        row = compare(lm, task, runs["default"], runs["deltalog"], records, dtype)
         row.update(seconds=seconds, deltalog_plan=lm.cache_plan())
         out["tasks"][task] = row
         print(f"{Path(pretrained).name} {task}: {row['documents']} docs, metrics identical: {row['metrics_identical']}, "

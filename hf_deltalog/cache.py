@@ -691,7 +691,8 @@ def _check_merge_interval(value: Any, default: int) -> int:
         value = operator.index(value)
     except TypeError:
         raise TypeError(
-            f"merge_interval must be an integer >= 1 (or None for the default {default}); got {value!r}"
+            f"merge_interval must be an integer in [1, {MAX_MERGE_INTERVAL}] (or None for "
+            f"{'the family default' if default is None else f'the default {default}'}); got {value!r}"
         ) from None
     if not 1 <= value <= MAX_MERGE_INTERVAL:
         raise ValueError(

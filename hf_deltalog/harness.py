@@ -20,7 +20,8 @@ top-2 token ids and logits of every step) in `generation_records`, which `eval/l
 generations that differ between the two caches.
 
 Registered with lm-eval as model `hf-cached` (`--model hf-cached --model_args pretrained=DIR,cache=deltalog`, after
-`import hf_deltalog.harness`). Needs `lm_eval` (tested: 0.4.13).
+`import hf_deltalog.harness`; from the command line `python -m hf_deltalog.lm_eval_cli`, which is lm-eval's CLI with
+the model registered: see :mod:`hf_deltalog.lm_eval_cli`). Needs `lm_eval` (tested: 0.4.13).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tqdm import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from hf_deltalog.cache import BACKENDS, DeltaLogCache, _check_merge_interval
+from hf_deltalog.interpreter import interpreting
 from hf_deltalog.patches.fla import fla_family_of
 
 CACHES = ("deltalog", "default")
@@ -72,13 +74,27 @@ class CachedHFLM(HFLM):
         record_generations: keep `generation_records` (see the module doc).
 
     Raises:
-        ValueError: an unknown `cache` or `deltalog_backend`, a `merge_interval` outside [1, 1024], a seq2seq model,
-            or `batch_size="auto"` (parity needs fixed batches).
+        ValueError: an unknown `cache` or `deltalog_backend` (or a DeltaLog backend passed as HFLM's `backend`),
+            `deltalog_backend="triton"` for a model not on CUDA (without `TRITON_INTERPRET=1`), a `merge_interval`
+            outside [1, 1024], a `record_generations` that is not true/false, a seq2seq model, or
+            `batch_size="auto"` (parity needs fixed batches).
         TypeError: a `merge_interval` that is not an integer (or a string of digits, as lm-eval's model_args pass it).
     """
 
     def __init__(self, pretrained: Any, cache: str = "deltalog", merge_interval: int | str | None = None,
                  deltalog_backend: str = "auto", record_generations: bool | str = False, **kwargs):
+        if kwargs.get("backend") in BACKENDS:
+            raise ValueError(
+                f"backend={kwargs['backend']!r} is lm-eval HFLM's own argument (the model kind: 'default', 'causal' "
+                "or 'seq2seq'); DeltaLogCache's backend is deltalog_backend=auto|torch|triton"
+            )
+        if cache not in CACHES:  # before the model loads
+            raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
+        if deltalog_backend not in BACKENDS:
+            raise ValueError(f"deltalog_backend must be one of {BACKENDS}; got {deltalog_backend!r}")
+        record = str(record_generations).strip().lower()
+        if record not in ("1", "true", "yes", "0", "false", "no"):
+            raise ValueError(f"record_generations must be true or false; got {record_generations!r}")
         super().__init__(pretrained=pretrained, **kwargs)
         if self.backend != "causal":
             raise ValueError(f"CachedHFLM supports decoder-only (causal) models; got backend {self.backend!r}")
@@ -90,10 +106,13 @@ class CachedHFLM(HFLM):
             merge_interval = None if text in ("", "None") else int(text) if text.isdigit() else text
         # checked here, before any request, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
         self.merge_interval = _check_merge_interval(merge_interval, None)
-        if deltalog_backend not in BACKENDS:
-            raise ValueError(f"deltalog_backend must be one of {BACKENDS}; got {deltalog_backend!r}")
+        if deltalog_backend == "triton" and self.model.device.type != "cuda" and not interpreting():
+            raise ValueError(
+                f"deltalog_backend='triton' needs the model on a CUDA device (it is on {self.model.device}) or "
+                "TRITON_INTERPRET=1; use deltalog_backend=torch or auto on the CPU"
+            )
         self.deltalog_backend = deltalog_backend
-        self.record_generations = str(record_generations).lower() in ("1", "true", "yes")
+        self.record_generations = record in ("1", "true", "yes")
         self.generation_records: list[dict] = []
         self.last_cache: DeltaLogCache | None = None
         self.is_fla_model = fla_family_of(self.model) is not None

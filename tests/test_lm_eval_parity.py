@@ -11,6 +11,7 @@ import torch
 
 from lm_eval.models.huggingface import HFLM
 
+from hf_deltalog import harness
 from hf_deltalog.harness import CachedHFLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,9 +64,15 @@ def test_unknown_cache_and_auto_batch_are_refused():
     (dict(merge_interval="2.5"), TypeError, "merge_interval must be an integer"),
     (dict(merge_interval="0"), ValueError, r"merge_interval must be an integer in \[1, 1024\]"),
     (dict(deltalog_backend="cuda"), ValueError, "deltalog_backend must be one of"),
+    # HFLM's own `backend` (the model kind): a DeltaLog backend there failed with an empty AssertionError
+    (dict(backend="torch"), ValueError, "DeltaLogCache's backend is deltalog_backend=auto|torch|triton"),
+    (dict(merge_interval="4.0"), TypeError, r"in \[1, 1024\] \(or None for the family default\); got '4.0'"),
+    (dict(record_generations="maybe"), ValueError, "record_generations must be true or false"),  # was False
+    (dict(deltalog_backend="triton"), ValueError, "needs the model on a CUDA device"),  # failed at the 1st request
 ])
-def test_cache_options_are_checked_when_built(bad, error, match):
+def test_cache_options_are_checked_when_built(bad, error, match, monkeypatch):
     """Checked before any request (they were only checked at the first request, or silently truncated)."""
+    monkeypatch.setattr(harness, "interpreting", lambda: False)  # a plain CPU run (this suite runs the interpreter)
     with pytest.raises(error, match=match):
         CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, **bad)
     lm = CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, merge_interval="8")
@@ -129,6 +136,35 @@ def test_compare_reports_differences():
         assert d["first_differing_step"] == 1
         assert d["explained"] is explained and row["all_differences_explained"] is explained
 
+
+
+def test_compare_sees_nan_scores_and_judges_near_ties_in_the_runs_dtype():
+    """A NaN log-likelihood after the first request was invisible: max() over |p - q| skips NaN, so the largest
+    difference stayed 1e-6 and passed a 1e-5 bound. It now counts as infinite. The near-tie rule allowed 4 bf16 ulps
+    whatever the dtype: in an fp32 run a split at a margin of 0.005 (thousands of fp32 ulps) was called explained."""
+    row = lm_eval_parity.compare(_Stub(), "t", _run(0.5, [[(-1.0, False)], [(-2.0, True)]]),
+                                 _run(0.5, [[(-1.000001, False)], [(float("nan"), True)]]), dict(default=[], deltalog=[]))
+    assert row["max_abs_loglikelihood_diff"] == float("inf")
+    assert row["largest_loglikelihood_diffs"][0]["request"] == 1
+    ctx = [ord("a"), ord("b")]
+    base = dict(context=ctx, tokens=[5, 7], top2_ids=[[5, 9], [7, 8]], top2_logits=[[10.0, 9.0], [3.0, 2.99]])
+    tie = dict(context=ctx, tokens=[5, 8], top2_ids=[[5, 9], [8, 7]], top2_logits=[[10.0, 9.0], [3.0, 2.995]])
+    for dtype, explained in [("bfloat16", True), ("float32", False)]:
+        row = lm_eval_parity.compare(_Stub(), "t", _run(0.0, [["xy"]]), _run(0.0, [["xz"]]),
+                                     dict(default=[base], deltalog=[tie]), dtype)
+        assert row["differing_generations"][0]["explained"] is explained, dtype
+
+
+def test_compare_counts_each_document_once_across_filters():
+    """lm-eval logs one sample per document and filter (e.g. gsm8k's strict and flexible matches): documents,
+    generations and requests were counted once per filter."""
+    def run(text):
+        samples = [dict(doc_id=0, filter=f, arguments=[("ab", {})], resps=[[text]]) for f in ("strict", "flexible")]
+        return dict(results={"t": {"alias": "t", "exact_match,strict": 0.0, "exact_match,flexible": 0.0}},
+                    samples={"t": samples})
+
+    row = lm_eval_parity.compare(_Stub(), "t", run("xy"), run("xy"), dict(default=[], deltalog=[]))
+    assert (row["documents"], row["generations"], row["generations_identical"]) == (1, 1, 1)
 
 def _mc_run(lls: list[float], acc: float, acc_norm: float) -> dict:
     """One four-choice document (choices of 2, 4, 4 and 8 characters; the task's target delimiter is empty, as in the
@@ -197,3 +233,21 @@ def test_parity_script_refuses_bad_limits_and_fails_on_skipped_tasks(tmp_path, c
     report = json.loads((tmp_path / "parity.json").read_text())
     assert "nosuch_task_xyz" in report["checkpoints"][0]["skipped"]
     assert "shakespeare_next_line_mc" in report["checkpoints"][0]["tasks"]
+
+
+def test_lm_eval_command_line_with_hf_cached(tmp_path):
+    """`lm_eval --model hf-cached` cannot find the model (it is registered only when hf_deltalog.harness is imported);
+    `python -m hf_deltalog.lm_eval_cli` runs lm-eval's own CLI with it registered (and, on a CPU, FLA hidden from
+    transformers as the parity script does: this environment has FLA installed)."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-m", "hf_deltalog.lm_eval_cli", "--model", "hf-cached", "--model_args",
+         f"pretrained={CHECKPOINTS[0]},cache=deltalog,deltalog_backend=torch", "--tasks", "shakespeare_next_line_mc",
+         "--include_path", str(Path(lm_eval_parity.__file__).parent / "tasks"), "--device", "cpu", "--batch_size", "2",
+         "--limit", "1", "--output_path", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "hf-cached" in done.stdout and "shakespeare_next_line_mc" in done.stdout, done.stdout[-2000:]

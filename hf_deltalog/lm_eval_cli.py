@@ -1,0 +1,78 @@
+"""lm-evaluation-harness's own command line with the model ``hf-cached`` (:class:`hf_deltalog.harness.CachedHFLM`).
+
+``lm_eval --model hf-cached`` alone cannot find the model: lm-eval registers it only when ``hf_deltalog.harness`` is
+imported in the same process. This entry imports it, then hands the arguments to lm-eval's CLI unchanged::
+
+    python -m hf_deltalog.lm_eval_cli --model hf-cached \\
+        --model_args pretrained=eval/checkpoints/gdn-shakespeare,cache=deltalog,deltalog_backend=torch \\
+        --tasks shakespeare_next_line_mc --include_path eval/tasks --device cpu --batch_size 4 --limit 8
+
+On a CPU without ``TRITON_INTERPRET=1`` it first hides flash-linear-attention from transformers for a transformers
+checkpoint (:func:`hf_deltalog.interpreter.hide_fla_on_cpu`: FLA's kernels need a GPU), as ``eval/lm_eval_parity.py``
+does. For flash-linear-attention's own checkpoints (RWKV6, ...) it imports ``fla`` so that their model types load;
+on a CPU those need ``TRITON_INTERPRET=1``. ``eval/lm_eval_parity.py`` runs both caches side by side and compares
+them; this entry runs one lm-eval evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``argv`` (the last one), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    return value
+
+
+def _pretrained(model_args: str | None) -> str | None:
+    """``pretrained=...`` of an lm-eval ``--model_args`` string (``key=value`` pairs separated by commas)."""
+    for pair in (model_args or "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() == "pretrained":
+            return value.strip()
+    return None
+
+
+def _is_fla_checkpoint(pretrained: str | None) -> bool:
+    """Whether a local checkpoint's ``model_type`` is not a transformers one (flash-linear-attention's models)."""
+    config = Path(pretrained) / "config.json" if pretrained else None
+    if config is None or not config.exists():
+        return False
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return json.loads(config.read_text()).get("model_type") not in CONFIG_MAPPING_NAMES
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run lm-eval's CLI (``lm_eval.__main__.cli_evaluate``) on ``argv`` (default ``sys.argv[1:]``) with ``hf-cached``
+    registered. Exits as lm-eval's CLI does."""
+    import torch
+
+    from hf_deltalog.interpreter import hide_fla_on_cpu
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    device = _option(argv, "--device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if _is_fla_checkpoint(_pretrained(_option(argv, "--model_args"))):
+        import fla  # noqa: F401 - registers FLA's model types with transformers' Auto classes
+    else:
+        hide_fla_on_cpu(device)
+
+    import hf_deltalog.harness  # noqa: F401 - registers the model "hf-cached" with lm-eval
+    from lm_eval.__main__ import cli_evaluate
+
+    sys.argv = [sys.argv[0], *argv]
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()
