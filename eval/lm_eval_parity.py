@@ -236,17 +236,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _is_fla_checkpoint(pretrained: str) -> bool:
-    """Whether a local checkpoint's ``model_type`` is not a transformers one (flash-linear-attention's models);
-    hub ids and folders without a config count as transformers models."""
-    config = Path(pretrained) / "config.json"
-    if not config.exists():
-        return False
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    return json.loads(config.read_text()).get("model_type") not in CONFIG_MAPPING_NAMES
-
-
 def _import_model_library(pretrained: str) -> None:
     """Import flash-linear-attention when the checkpoint is one of its model types (it registers them with Auto*)."""
     config = Path(pretrained) / "config.json"
@@ -339,10 +328,11 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from hf_deltalog.interpreter import hide_fla_on_cpu, interpreting
+    from hf_deltalog.lm_eval_cli import is_fla_checkpoint
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cpu_only = torch.device(device).type == "cpu" and not interpreting()
-    fla_ckpts = [p for p in args.pretrained if _is_fla_checkpoint(p)]
+    fla_ckpts = [p for p in args.pretrained if is_fla_checkpoint(p)]
     if cpu_only and fla_ckpts and len(fla_ckpts) < len(args.pretrained):
         raise SystemExit(
             f"on a CPU without TRITON_INTERPRET=1, run flash-linear-attention checkpoints ({', '.join(fla_ckpts)}) and "

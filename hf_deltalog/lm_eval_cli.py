@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["is_fla_checkpoint", "main"]
 
 
 def _option(argv: list[str], name: str) -> str | None:
@@ -43,8 +43,9 @@ def _pretrained(model_args: str | None) -> str | None:
     return None
 
 
-def _is_fla_checkpoint(pretrained: str | None) -> bool:
-    """Whether a local checkpoint's ``model_type`` is not a transformers one (flash-linear-attention's models)."""
+def is_fla_checkpoint(pretrained: str | None) -> bool:
+    """Whether a local checkpoint's ``model_type`` is not a transformers one (flash-linear-attention's models); hub
+    ids and folders without a ``config.json`` count as transformers models."""
     config = Path(pretrained) / "config.json" if pretrained else None
     if config is None or not config.exists():
         return False
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     device = _option(argv, "--device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    if _is_fla_checkpoint(_pretrained(_option(argv, "--model_args"))):
+    if is_fla_checkpoint(_pretrained(_option(argv, "--model_args"))):
         import fla  # noqa: F401 - registers FLA's model types with transformers' Auto classes
     else:
         hide_fla_on_cpu(device)
