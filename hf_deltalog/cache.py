@@ -356,9 +356,11 @@ class DeltaLogLayer(LinearAttentionLayer):
                 )
         elif current is not None and self.is_conv_states_initialized[state_idx] and (
                 current.shape[:-1] != conv_states.shape[:-1] or current.dtype != conv_states.dtype
-                or current.device != conv_states.device):
-            # after reset(): a batch of another size, or a model of another dtype or device, reallocates (transformers
-            # would keep the old buffer and round the new model's conv windows to its dtype)
+                or current.device != conv_states.device
+                or conv_kernel_size not in (None, self.conv_kernel_size.get(state_idx))):
+            # after reset(): a batch of another size, or a model of another dtype, device or conv width, reallocates
+            # (transformers would keep the old buffer: the new model's conv windows rounded to its dtype, or kept
+            # at the old width)
             self.is_conv_states_initialized[state_idx] = False
         if state_idx == 0:
             self._in_step = True
@@ -393,10 +395,11 @@ class DeltaLogLayer(LinearAttentionLayer):
             )
         batch = recurrent_states.shape[0]
         conv = self.conv_states[0]
-        replan = self.backend == "triton" and conv is not None and conv.dtype not in KERNEL_ACT_DTYPES
+        replan = self.base is not None and conv is not None and \
+            self._resolve_backend(recurrent_states.device, conv.dtype) != self.backend
         if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device or replan:
-            # on the device of the layer that produced the state; replanned when a model of a dtype the Triton
-            # kernels do not take (float64) follows reset()
+            # on the device of the layer that produced the state; planned again when the backend would change (a
+            # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
             self._allocate(batch, recurrent_states.device)
         self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
         self.log_decay.zero_()
@@ -936,11 +939,7 @@ class DeltaLogCache(DynamicCache):
         setattr(layer, flag, False)  # transformers' lazy initialisation allocates it again for the new batch
 
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
-        """The layer's conv window (None before prefill). The model reads it at the start of a layer's step (and may
-        update it in place): the layer counts as inside a forward until it stores its recurrent state."""
-        layer = self._require_linear(layer_idx)
-        if state_idx == 0:
-            layer._in_step = True
+        self._require_linear(layer_idx)
         return super().get_conv_state(layer_idx, state_idx)
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
@@ -957,10 +956,16 @@ class DeltaLogCache(DynamicCache):
         return layer
 
     def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> DeltaLogState | torch.Tensor | None:
-        """The layer's :class:`DeltaLogState` once it holds a state (None before prefill)."""
+        """The layer's :class:`DeltaLogState` once it holds a state (None before prefill).
+
+        This is the model's call at the start of a layer's step (every supported family reads its conv window and
+        then this, before it updates the window in place): the layer counts as inside a forward until it stores its
+        recurrent state, and a forward stopped in between is refused at the next ``generate``. To inspect the state
+        use :meth:`materialize`."""
         layer = self._require_linear(layer_idx)
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+        layer._in_step = True
         return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
 
     def update_recurrent_state(self, recurrent_states: Any, layer_idx: int, state_idx: int = 0, **kwargs) -> Any:
@@ -1117,10 +1122,24 @@ class DeltaLogCache(DynamicCache):
         """Raise ValueError when the linear-attention layers disagree with one another or with ``held`` (what the
         cache reports, and what generate cuts off the ids) on the tokens or rows they hold: a forward stopped
         part-way (an exception or an interrupt inside the model) left the first layers advanced and the others not."""
-        check_layers_agree(held, {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
-                                  for layer in self.deltalog_layers},
+        tokens = {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
+                  for layer in self.deltalog_layers}
+        for i, layer in enumerate(self.layers):  # the attention layers count their tokens too
+            if not isinstance(layer, DeltaLogLayer) and isinstance(layer, CacheLayerMixin):
+                tokens[i] = int(layer.get_seq_length())
+        interrupted = [layer.layer_idx for layer in self.deltalog_layers if layer._in_step]
+        # Layers with one merge interval hold logs of one length (row by row); in static mode, where the layers share
+        # one step counter, a decode step that stopped between two layers shows only there
+        lengths: dict[int, tuple[int, torch.Tensor]] = {}
+        for layer in self.deltalog_layers:
+            if layer.base is None or layer.capacity == 0:
+                continue
+            first = lengths.setdefault(layer.merge_interval, (layer.layer_idx, layer.length))
+            if first[1].shape == layer.length.shape and not torch.equal(first[1].cpu(), layer.length.cpu()):
+                interrupted.append(layer.layer_idx)
+        check_layers_agree(held, dict(sorted(tokens.items())),
                            {layer.batch_size for layer in self.deltalog_layers if layer.base is not None},
-                           [layer.layer_idx for layer in self.deltalog_layers if layer._in_step])
+                           interrupted)
 
     def _check_room(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
                     max_new_tokens: int | None, max_length: int | None = None) -> None:
@@ -1191,15 +1210,16 @@ def memory_breakdown_of(layers: list) -> dict[str, int]:
 
 def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interrupted: list[int] = ()) -> None:
     """Raise ValueError unless every layer in ``tokens`` (layer index → tokens it holds) holds ``held`` tokens, the
-    allocated layers hold one number of ``rows`` and no layer is listed in ``interrupted`` (layers a forward entered
-    and did not finish: their conv windows moved, their recurrent states did not): otherwise a forward stopped
-    part-way through the model (an exception or an interrupt) and the layers that ran hold more than the others.
-    Shared by :class:`DeltaLogCache` and the FLA cache."""
+    allocated layers hold one number of ``rows`` and no layer is listed in ``interrupted`` (layers that did not
+    complete the last step: entered and not finished, or with a log of another length than the other layers'):
+    otherwise a forward stopped part-way through the model (an exception or an interrupt) and the layers that ran
+    hold more than the others. Shared by :class:`DeltaLogCache` and the FLA cache."""
     if interrupted:
         raise ValueError(
-            f"this DeltaLogCache is inconsistent: a forward stopped inside layer(s) {sorted(interrupted)}, after their "
-            "conv windows moved and before their recurrent states were stored. Call cache.reset() (or build a new "
-            "DeltaLogCache) and run the prompt again"
+            f"this DeltaLogCache is inconsistent: a forward stopped part-way, and layer(s) {sorted(set(interrupted))} "
+            "did not complete the last step (a conv window moved without its recurrent state, or a log holds another "
+            "number of entries than the other layers'). Call cache.reset() (or build a new DeltaLogCache) and run the "
+            "prompt again"
         )
     if len(set(tokens.values()) | {held}) > 1 or len(rows) > 1:
         detail = ", ".join(f"layer {i}: {n}" for i, n in tokens.items())

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -570,11 +571,14 @@ class FLADeltaLogCache(FLACache):
                             ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs)
 
     def __getitem__(self, layer_idx: int) -> dict[str, Any]:
-        """FLA's state dict of layer ``layer_idx`` (what FLA's layers read at the start of a step): a
-        linear-attention layer holding a state counts as inside a forward until it stores its new states."""
+        """FLA's state dict of layer ``layer_idx``. Read by FLA's layers at the start of a step (through
+        ``fla.layers.utils.get_layer_cache``), the layer then counts as inside a forward until it stores its new
+        states (they update their conv state in place in between); a read from anywhere else is only a read."""
         state = super().__getitem__(layer_idx)
         layer = self.layers[layer_idx]
-        if isinstance(layer, FLADeltaLogLayer) and layer.base is not None:
+        caller = sys._getframe(1)
+        if isinstance(layer, FLADeltaLogLayer) and layer.base is not None and \
+                caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla."):
             layer._in_step = True
         return state
 

@@ -213,6 +213,22 @@ def test_static_generate_bounded_by_max_length_is_checked_too(length_kw):
                            model.generate(ids, **length_kw, **kw))
 
 
+
+def test_static_generate_with_no_length_at_all_is_checked():
+    """When nobody sets a length (no max_new_tokens / max_length in the call, its generation_config or the model's),
+    transformers 5.x generates max_length = 20 *new* tokens; the room check counted the prompt in those 20, so a
+    cache too small passed it and failed mid-generate with an IndexError. It now counts 20 new tokens."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))  # tiny_model is cached: its generation_config is changed here
+    model.generation_config.max_length = None
+    ids, kw = prompt_ids(1, 10, seed=3), dict(do_sample=False, eos_token_id=None)
+    small = DeltaLogCache(model, static=True, max_cache_len=25)
+    with pytest.raises(ValueError, match=r"holds 25 tokens per row \(max_cache_len\), but this generate call feeds it "
+                                         r"up to 29"):
+        model.generate(ids, cache=small, **kw)
+    fits = DeltaLogCache(model, static=True, max_cache_len=29)
+    out = model.generate(ids, cache=fits, **kw)
+    assert out.shape[1] == 10 + 20 and torch.equal(out, model.generate(ids, **kw))
+
 def test_static_batch_size_mismatch_with_an_attention_layer_first():
     """Static mode, attention before linear attention (the first layer to see the batch is transformers'
     StaticLayer): another batch size is refused before any length advances; after reset() it is served."""
@@ -380,12 +396,87 @@ def test_a_stop_inside_the_first_linear_layer_is_caught(family, phase):
     with pytest.raises(KeyboardInterrupt):
         model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False)
     cache.update_recurrent_state = store
-    with pytest.raises(ValueError, match=r"inconsistent: a forward stopped inside layer\(s\) \[0\].*cache.reset"):
+    with pytest.raises(ValueError, match=r"inconsistent: a forward stopped part-way, and layer\(s\) \[0(, 2)?\] did not complete.*cache.reset"):
         model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
     cache.reset()
     fresh = DeltaLogCache(model, backend="torch", merge_interval=3)
     assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False),
                        model.generate(ids, cache=fresh, max_new_tokens=3, do_sample=False))
+
+
+def _stop_in_decoder_layer(model, layer_idx, on_call=2):
+    """Make decoder layer ``layer_idx`` raise KeyboardInterrupt on its ``on_call``-th call (1: the prefill)."""
+    calls = {"n": 0}
+
+    def hook(module, args):
+        calls["n"] += 1
+        if calls["n"] == on_call:
+            handle.remove()
+            raise KeyboardInterrupt
+
+    handle = model.model.layers[layer_idx].register_forward_pre_hook(hook)
+
+
+@pytest.mark.parametrize("static, layer", [(True, 2), (False, 3)], ids=["static-before-a-linear-layer",
+                                                                       "dynamic-before-the-last-attention-layer"])
+def test_a_decode_step_stopped_between_layers_is_caught(static, layer):
+    """Two stops the token counts missed. Static mode: the layers share one step counter, so a decode step stopped
+    before linear layer 2 left every layer reporting the same count (the logs differ: layer 0 appended, layer 2 not).
+    Dynamic: a stop before the last attention layer left it one token behind, and only the linear layers were
+    compared. Both continued silently from the mixed state (logits 0.097 and 0.0136 off a no-cache forward); both are
+    now refused, and after reset() the cache matches a fresh one."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(1, 6)
+    kw = dict(static=True, max_cache_len=64) if static else {}
+    cache = DeltaLogCache(model, backend="torch", merge_interval=4, **kw)
+    out = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    turn2 = torch.cat([out, prompt_ids(1, 2, seed=3)], dim=1)
+    _stop_in_decoder_layer(model, layer)
+    with pytest.raises(KeyboardInterrupt):
+        model.generate(turn2, cache=cache, max_new_tokens=4, do_sample=False)
+    held = int(cache.get_seq_length())
+    with pytest.raises(ValueError, match="inconsistent.*cache.reset"):  # the only-new-tokens form
+        model.generate(torch.tensor([[17]]), attention_mask=torch.ones(1, held + 1, dtype=torch.long), cache=cache,
+                       max_new_tokens=2, do_sample=False)
+    cache.reset()
+    fresh = DeltaLogCache(model, backend="torch", merge_interval=4, **kw)
+    assert torch.equal(model.generate(turn2, cache=cache, max_new_tokens=3, do_sample=False),
+                       model.generate(turn2, cache=fresh, max_new_tokens=3, do_sample=False))
+
+
+def test_reading_the_state_between_turns_is_not_a_stopped_forward():
+    """Reading a layer's conv window through the Cache API (get_conv_state) between two generate calls marked the
+    layer as inside a step, and the valid continuation was refused. Only the model's own read at the start of a step
+    (get_recurrent_state, which every family calls before it moves the window) marks it now."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(1, 6)
+    cache = DeltaLogCache(model, backend="torch")
+    out = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    assert cache.get_conv_state(0) is not None
+    cache.materialize(0)
+    turn2 = torch.cat([out, prompt_ids(1, 2, seed=3)], dim=1)
+    assert torch.equal(model.generate(turn2, cache=cache, max_new_tokens=3, do_sample=False),
+                       model.generate(turn2, cache=DeltaLogCache(model, backend="torch"), max_new_tokens=3,
+                                      do_sample=False))
+
+
+def test_reset_lets_a_model_of_another_conv_width_use_the_cache():
+    """After reset() the conv buffers kept the old width (transformers reinitialises them only on a shape change of
+    the other dims), so a model with another conv width was refused at every continuation, reset or not. reset() now
+    lets it in, and it decodes as on a fresh cache."""
+    model = tiny_model("qwen3_5")
+    cfg = copy.deepcopy(model.config)
+    cfg.linear_conv_kernel_dim = 2
+    other = type(model)(cfg).eval()
+    ids = prompt_ids(1, 6)
+    cache = DeltaLogCache(model, backend="torch")
+    model.generate(ids, cache=cache, max_new_tokens=2, do_sample=False)
+    cache.reset()
+    out = other.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    turn2 = torch.cat([out, prompt_ids(1, 2, seed=3)], dim=1)
+    got = other.generate(turn2, cache=cache, max_new_tokens=3, do_sample=False)
+    assert torch.equal(got, other.generate(turn2, cache=DeltaLogCache(other, backend="torch"), max_new_tokens=3,
+                                           do_sample=False))
 
 def test_is_croppable_says_whether_crop_would_work():
     """transformers reads ``is_croppable`` as "crop can put the cache back as it was"; it was always True. Now it is

@@ -217,7 +217,7 @@ def test_a_decode_step_stopped_inside_a_layer_is_caught(family):
         generate_ours(model, ids, cache, max_new_tokens=5, do_sample=False)
     cache.update = store
     assert calls["n"] == 3
-    with pytest.raises(ValueError, match=r"stopped inside layer\(s\) \[0\].*cache.reset"):
+    with pytest.raises(ValueError, match=r"layer\(s\) \[0\] did not complete the last step.*cache.reset"):
         generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
     cache.reset()
     out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
@@ -235,6 +235,20 @@ def test_the_consumed_tokens_are_a_copy_of_the_returned_ids():
     seqs = out.sequences if hasattr(out, "sequences") else out
     turn2 = torch.cat([seqs, prompt_ids(2, 2, seed=9)], dim=1)
     seqs[:, 1] = 5  # the caller post-processes the returned ids in place
+    got = generate_ours(model, turn2, cache, max_new_tokens=3, **GREEDY)
+    ref, _ = generate_ref(model, turn2, max_new_tokens=3, **GREEDY)
+    assert torch.equal(got.sequences, ref.sequences)
+
+
+def test_reading_a_layer_state_dict_between_turns_is_not_a_stopped_forward():
+    """`cache[i]` (FLA's state dict) read between two generate calls marked the layer as inside a step, and the valid
+    continuation was refused. Only FLA's layers' own read (through fla.layers.utils.get_layer_cache) marks it now."""
+    model = tiny_model("gated_deltanet", layers=2)
+    ids = prompt_ids(2, 4, seed=8)
+    cache = DeltaLogCache(model, merge_interval=3)
+    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
+    assert "conv_state" in cache[0]
+    turn2 = torch.cat([out.sequences, prompt_ids(2, 2, seed=9)], dim=1)
     got = generate_ours(model, turn2, cache, max_new_tokens=3, **GREEDY)
     ref, _ = generate_ref(model, turn2, max_new_tokens=3, **GREEDY)
     assert torch.equal(got.sequences, ref.sequences)

@@ -220,7 +220,13 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         cache._before_generate(ids, kwargs.get("attention_mask"), expand=expand)
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
         if check_room is not None:
-            check_room(ids, kwargs.get("attention_mask"), option("max_new_tokens", None), option("max_length", None))
+            max_new, max_length = option("max_new_tokens", None), option("max_length", None)
+            passed = kwargs.get("generation_config")
+            if max_new is None and kwargs.get("max_length") is None and getattr(passed, "max_length", None) is None \
+                    and getattr(self.generation_config, "max_length", None) is None:
+                # nobody set a length: generate makes max_length (the global default, 20) *new* tokens
+                max_new, max_length = max_length, None
+            check_room(ids, kwargs.get("attention_mask"), max_new, max_length)
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
         out = run(upstream, self, inputs, *args, **kwargs) if run else upstream(self, inputs, *args, **kwargs)
         cache._after_generate(out, beams=num_beams > 1)
