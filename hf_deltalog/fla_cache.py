@@ -576,10 +576,10 @@ class FLADeltaLogCache(FLACache):
         states (they update their conv state in place in between); a read from anywhere else is only a read."""
         state = super().__getitem__(layer_idx)
         layer = self.layers[layer_idx]
-        caller = sys._getframe(1)
-        if isinstance(layer, FLADeltaLogLayer) and layer.base is not None and \
-                caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla."):
-            layer._in_step = True
+        if isinstance(layer, FLADeltaLogLayer) and layer.base is not None:
+            caller = sys._getframe(1)  # only for layers that could be marked: this runs every decode step
+            if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla."):
+                layer._in_step = True
         return state
 
     def __iter__(self):
