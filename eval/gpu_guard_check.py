@@ -1,0 +1,342 @@
+"""GPU check of the cache's guards on the Triton backend: what tests/test_cache_api.py and tests_fla/test_fla_generate.py
+check on the CPU (PyTorch backend or the interpreter), run with the compiled kernels on a CUDA device.
+
+For transformers' Qwen3.5 (GDN) and Kimi-Linear (KDA) models and FLA's GatedDeltaNet, RWKV6 and KDA models (tiny
+configs, K != V, HV != Hk where the family has it; fp32; ``backend="triton"``, ``merge_interval=3``: the DeltaLog
+kernels decode, not the small-state policy's dense path), each case below passes or fails; the script prints one JSON line per case and writes
+them all to ``--out``:
+
+- ``multi_turn``: generate, read the state between the turns (``get_conv_state`` / ``materialize``, or FLA's
+  ``cache[0]``), continue with the whole conversation: tokens identical to the default cache (transformers'
+  ``DynamicCache``; FLA's ``Cache``) continued over the same two turns, largest |Δlogit| reported; also reported
+  against a fresh default cache on the whole conversation (another prefill split: FLA's chunked kernels round fp32
+  products to TF32 on the GPU). No false refusal after a GPU decode.
+- ``interrupted_prefill``: an exception in a later layer during the prefill; the next generate raises the
+  ``ValueError`` naming ``cache.reset()``; after ``reset()`` the tokens equal a fresh cache's.
+- ``stopped_decode_step``: a stop inside layer 0 at a decode step, after its conv window moved and before its state
+  was stored; same expectations.
+- ``static_stop_between_layers`` (Qwen3.5 only): a static cache's decode step stopped before a linear layer
+  (``disable_compile=True``: on a GPU transformers compiles a static cache's decode step, where a hook cannot stop it).
+- ``backward_raises`` (transformers' models): a backward through a cached decode step raises ``RuntimeError``.
+
+    python eval/gpu_guard_check.py [--out eval/results/gpu_guard_check.json]
+    TRITON_INTERPRET=1 python eval/gpu_guard_check.py --cpu-smoke --families qwen3_5 kimi_linear
+    TRITON_INTERPRET=1 python eval/gpu_guard_check.py --cpu-smoke --families fla_gated_deltanet fla_rwkv6 fla_kda
+        # the same on the CPU, our kernels interpreted (transformers' families with FLA hidden, so in their own call)
+
+Exits 1 when a case fails. On the GPU every Triton autotuner runs its first config only (``--autotune`` keeps them
+all): the cases check the cache, not FLA's speed, and autotuning FLA's chunked kernels takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate_compare import log, select_device  # noqa: E402
+
+M = 3
+
+
+def _expect(exc_type, match: str, fn):
+    """Run ``fn``; return None when it raises ``exc_type`` whose message contains ``match``, else what happened."""
+    try:
+        fn()
+    except exc_type as e:
+        return None if match in str(e) else f"{exc_type.__name__} without {match!r}: {e}"
+    except BaseException as e:  # noqa: BLE001 - reported, not swallowed
+        return f"{type(e).__name__} instead of {exc_type.__name__}: {e}"
+    return f"no {exc_type.__name__}"
+
+
+def _ids(batch, length, vocab, device, seed):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (batch, length), generator=g).to(device)
+
+
+def _max_dlogit(a, b) -> float:
+    return max((x.float() - y.float()).abs().max().item() for x, y in zip(a.logits, b.logits))
+
+
+def transformers_cases(family: str, device) -> list[dict]:
+    import torch
+    import transformers
+    from gpu_generate_check import MODELS
+
+    from hf_deltalog import DeltaLogCache
+
+    torch.manual_seed(0)
+    model = MODELS[family](transformers, True).to(device).eval()
+    vocab = model.config.vocab_size
+    greedy = dict(do_sample=False, return_dict_in_generate=True, output_logits=True)
+    ids = _ids(2, 6, vocab, device, 1)
+    rows = []
+
+    def case(name, fn):
+        try:
+            row = dict(family=family, case=name, **fn())
+        except BaseException as e:  # noqa: BLE001 - a failing case is a row, the others still run
+            row = dict(family=family, case=name, ok=False, error=f"{type(e).__name__}: {e}",
+                       where=traceback.format_exc(limit=-3))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    def fresh_tokens(prompt, cache_kw=None, n=4):
+        return model.generate(prompt, past_key_values=DeltaLogCache(model, backend="triton", merge_interval=M, **(cache_kw or {})),
+                              max_new_tokens=n, do_sample=False, disable_compile=True)
+
+    def multi_turn():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        with torch.no_grad():
+            first = model.generate(ids, past_key_values=cache, max_new_tokens=5, do_sample=False)
+            dyn = model.generate(ids, max_new_tokens=5, do_sample=False, return_dict_in_generate=True)
+        backends = sorted({layer.backend for layer in cache.deltalog_layers})
+        cache.get_conv_state(0)
+        cache.materialize(0)
+        turn2 = torch.cat([first, _ids(2, 2, vocab, device, 3)], 1)
+        with torch.no_grad():
+            ours = model.generate(turn2, past_key_values=cache, max_new_tokens=5, **greedy)
+            ref = model.generate(turn2, past_key_values=dyn.past_key_values, max_new_tokens=5, **greedy)
+            fresh = model.generate(turn2, max_new_tokens=5, **greedy)
+        same = torch.equal(first, dyn.sequences) and torch.equal(ours.sequences, ref.sequences)
+        return dict(ok=same and backends == ["triton"], backends=backends, identical=same,
+                    max_abs_logit_diff=_max_dlogit(ours, ref), identical_to_a_fresh_default_cache=torch.equal(
+                        ours.sequences, fresh.sequences), max_abs_logit_diff_to_fresh=_max_dlogit(ours, fresh))
+
+    def after_reset(cache, prompt, cache_kw=None):
+        cache.reset()
+        with torch.no_grad():
+            return torch.equal(model.generate(prompt, past_key_values=cache, max_new_tokens=4, do_sample=False,
+                                              disable_compile=True),
+                               fresh_tokens(prompt, cache_kw))
+
+    def interrupted_prefill():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        layer = model.model.layers[2]
+
+        def hook(module, args):
+            handle.remove()
+            raise RuntimeError("interrupted")
+
+        handle = layer.register_forward_pre_hook(hook)
+        with torch.no_grad():
+            first = _expect(RuntimeError, "interrupted",
+                            lambda: model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False))
+            refused = _expect(ValueError, "cache.reset()",
+                              lambda: model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False))
+        handle.remove()
+        same = after_reset(cache, ids)
+        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
+                    identical_after_reset=same)
+
+    def stopped_decode_step():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        calls = {"n": 0}
+        store = cache.update_recurrent_state
+
+        def stopping(recurrent_states, layer_idx, *args, **kwargs):
+            if layer_idx == 0:
+                calls["n"] += 1
+                if calls["n"] == 3:  # the prefill's store, one decode step's, then a stop inside the next step
+                    raise KeyboardInterrupt
+            return store(recurrent_states, layer_idx, *args, **kwargs)
+
+        cache.update_recurrent_state = stopping
+        with torch.no_grad():
+            first = _expect(KeyboardInterrupt, "",
+                            lambda: model.generate(ids, past_key_values=cache, max_new_tokens=5, do_sample=False))
+            cache.update_recurrent_state = store
+            refused = _expect(ValueError, "cache.reset()",
+                              lambda: model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False))
+        same = after_reset(cache, ids)
+        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
+                    identical_after_reset=same)
+
+    def static_stop_between_layers():
+        kw = dict(static=True, max_cache_len=64)
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M, **kw)
+        one = ids[:1]
+        with torch.no_grad():
+            out = model.generate(one, past_key_values=cache, max_new_tokens=3, do_sample=False, disable_compile=True)
+        turn2 = torch.cat([out, _ids(1, 2, vocab, device, 3)], 1)
+        calls = {"n": 0}
+
+        def hook(module, args):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                handle.remove()
+                raise KeyboardInterrupt
+
+        handle = model.model.layers[2].register_forward_pre_hook(hook)
+        with torch.no_grad():
+            first = _expect(KeyboardInterrupt, "", lambda: model.generate(
+                turn2, past_key_values=cache, max_new_tokens=4, do_sample=False, disable_compile=True))
+            held = int(cache.get_seq_length())
+            refused = _expect(ValueError, "cache.reset()", lambda: model.generate(  # the only-new-tokens form
+                _ids(1, 1, vocab, device, 4), attention_mask=torch.ones(1, held + 1, dtype=torch.long, device=device),
+                past_key_values=cache, max_new_tokens=2, do_sample=False, disable_compile=True))
+        handle.remove()
+        same = after_reset(cache, turn2, kw)
+        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
+                    identical_after_reset=same)
+
+    def backward_raises():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        model(ids, cache=cache, use_cache=True)
+        logits = model(_ids(2, 1, vocab, device, 5), cache=cache, use_cache=True).logits
+        err = _expect(RuntimeError, "backpropagation through a DeltaLogCache is not supported",
+                      lambda: logits.logsumexp(-1).sum().backward())
+        return dict(ok=err is None and logits.requires_grad, error=err)
+
+    case("multi_turn", multi_turn)
+    case("interrupted_prefill", interrupted_prefill)
+    case("stopped_decode_step", stopped_decode_step)
+    if family == "qwen3_5":
+        case("static_stop_between_layers", static_stop_between_layers)
+    case("backward_raises", backward_raises)
+    return rows
+
+
+def fla_cases(family: str, device) -> list[dict]:
+    import torch
+    from fla.models import GatedDeltaNetForCausalLM, KDAForCausalLM, RWKV6ForCausalLM
+    from fla.models.utils import Cache
+    from gpu_generate_check_fla import _config
+
+    from hf_deltalog import DeltaLogCache
+    from hf_deltalog.fla_cache import fla_generate_handover
+
+    classes = {"rwkv6": RWKV6ForCausalLM, "gated_deltanet": GatedDeltaNetForCausalLM, "kda": KDAForCausalLM}
+    cfg = copy.deepcopy(_config(family, True))
+    cfg.num_hidden_layers = 2
+    torch.manual_seed(0)
+    model = classes[family](cfg).to(device).eval()
+    vocab = cfg.vocab_size
+    greedy = dict(do_sample=False, return_dict_in_generate=True, output_logits=True)
+    ids = _ids(2, 4, vocab, device, 8)
+    rows = []
+
+    def case(name, fn):
+        try:
+            row = dict(family=f"fla_{family}", case=name, **fn())
+        except BaseException as e:  # noqa: BLE001
+            row = dict(family=f"fla_{family}", case=name, ok=False, error=f"{type(e).__name__}: {e}",
+                       where=traceback.format_exc(limit=-3))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    def reference(prompt, n, **kw):
+        cache = Cache()
+        with torch.no_grad(), fla_generate_handover(model, cache):
+            return model.generate(prompt, past_key_values=cache, max_new_tokens=n, **kw)
+
+    def ours(prompt, cache, n, **kw):
+        with torch.no_grad():
+            return model.generate(prompt, past_key_values=cache, max_new_tokens=n, **kw)
+
+    def matches_reference_after_reset(cache):
+        cache.reset()
+        return torch.equal(ours(ids, cache, 3, do_sample=False), reference(ids, 3, do_sample=False))
+
+    def multi_turn():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        first = ours(ids, cache, 5, do_sample=False)
+        fla_cache = Cache()
+        with torch.no_grad(), fla_generate_handover(model, fla_cache):
+            ref1 = model.generate(ids, past_key_values=fla_cache, max_new_tokens=5, do_sample=False)
+        backends = sorted({layer.backend for layer in cache.deltalog_layers})
+        assert "conv_state" in cache[0] or family == "rwkv6"
+        turn2 = torch.cat([first, _ids(2, 2, vocab, device, 9)], 1)
+        got = ours(turn2, cache, 5, **greedy)
+        with torch.no_grad(), fla_generate_handover(model, fla_cache):
+            ref = model.generate(turn2, past_key_values=fla_cache, max_new_tokens=5, **greedy)
+        fresh = reference(turn2, 5, **greedy)
+        same = torch.equal(first, ref1) and torch.equal(got.sequences, ref.sequences)
+        return dict(ok=same and backends == ["triton"], backends=backends, identical=same,
+                    max_abs_logit_diff=_max_dlogit(got, ref), identical_to_a_fresh_default_cache=torch.equal(
+                        got.sequences, fresh.sequences), max_abs_logit_diff_to_fresh=_max_dlogit(got, fresh))
+
+    def interrupted_prefill():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+
+        def hook(module, args):
+            handle.remove()
+            raise RuntimeError("interrupted")
+
+        handle = model.model.layers[1].register_forward_pre_hook(hook)
+        first = _expect(RuntimeError, "interrupted", lambda: ours(ids, cache, 3, do_sample=False))
+        refused = _expect(ValueError, "cache.reset()", lambda: ours(ids, cache, 3, do_sample=False))
+        handle.remove()
+        same = matches_reference_after_reset(cache)
+        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
+                    identical_after_reset=same)
+
+    def stopped_decode_step():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        calls = {"n": 0}
+        store = cache.update
+
+        def stopping(*args, **kwargs):
+            if kwargs.get("layer_idx") == 0:
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise KeyboardInterrupt
+            return store(*args, **kwargs)
+
+        cache.update = stopping
+        first = _expect(KeyboardInterrupt, "", lambda: ours(ids, cache, 5, do_sample=False))
+        cache.update = store
+        refused = _expect(ValueError, "cache.reset()", lambda: ours(ids, cache, 3, do_sample=False))
+        same = matches_reference_after_reset(cache)
+        return dict(ok=first is None and refused is None and same and calls["n"] == 3, stop=first, refusal=refused,
+                    identical_after_reset=same)
+
+    case("multi_turn", multi_turn)
+    case("interrupted_prefill", interrupted_prefill)
+    case("stopped_decode_step", stopped_decode_step)
+    return rows
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--families", nargs="+", default=["qwen3_5", "kimi_linear", "fla_gated_deltanet", "fla_rwkv6",
+                                                      "fla_kda"])
+    p.add_argument("--cpu-smoke", action="store_true", help="run on the CPU (set TRITON_INTERPRET=1)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--autotune", action="store_true", help="keep every autotuner's configs on the GPU")
+    a = p.parse_args(argv)
+    fla_families = [f for f in a.families if f.startswith("fla_")]
+    if a.cpu_smoke and fla_families:
+        if len(fla_families) < len(a.families):
+            p.error("on the CPU run transformers' families and FLA's (fla_*) in separate calls: transformers' own "
+                    "models need FLA hidden there (hf_deltalog.interpreter.hide_fla_on_cpu)")
+    elif a.cpu_smoke:
+        sys.modules["fla"] = None  # transformers' GDN / KDA layers take their PyTorch paths (tests/conftest.py)
+    device = select_device(a.cpu_smoke)
+    if device.type == "cuda" and not a.autotune:
+        from triton.runtime.autotuner import Autotuner
+
+        prune = Autotuner.prune_configs
+        Autotuner.prune_configs = lambda self, kwargs: prune(self, kwargs)[:1]
+    rows = []
+    for family in a.families:
+        log(f"{family} ...")
+        rows += fla_cases(family.removeprefix("fla_"), device) if family.startswith("fla_") else \
+            transformers_cases(family, device)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(rows, indent=1))
+    failed = [f"{r['family']}/{r['case']}" for r in rows if not r["ok"]]
+    log(f"{len(rows) - len(failed)} of {len(rows)} cases passed" + (f"; failed: {failed}" if failed else ""))
+    return rows if not failed else sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
