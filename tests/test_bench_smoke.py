@@ -117,6 +117,19 @@ def test_gpu_generate_check_cpu_smoke():
         assert r["max_abs_logit_diff_while_tokens_agree"] < 0.1  # bf16 logits of a tiny model
 
 
+def test_gpu_guard_check_cpu_smoke():
+    """eval/gpu_guard_check.py (for the H200) in its --cpu-smoke mode, transformers' Qwen3.5: every guard case runs on
+    the Triton backend (interpreted here) and passes."""
+    spec = importlib.util.spec_from_file_location("gpu_guard_check", SCRIPT.parent / "gpu_guard_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    rows = check.main(["--cpu-smoke", "--families", "qwen3_5"])
+    assert [r["case"] for r in rows] == ["multi_turn", "interrupted_prefill", "stopped_decode_step",
+                                         "static_stop_between_layers", "backward_raises"]
+    assert all(r["ok"] for r in rows), rows
+    assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
+
+
 def test_generate_check_runs_syntax():
     sys.path.insert(0, str(SCRIPT.parent))
     from generate_compare import parse_runs

@@ -53,3 +53,15 @@ def test_gpu_generate_check_fla_runs_and_dtypes_cpu_smoke():
     assert rows[0]["effective_merge_interval"] == [2] and rows[0]["reference_vs_full_forward_max_abs_logit_diff"] is None
     assert rows[0]["identical"] == (rows[0]["first_differing_step"] is None)
     assert rows[0]["max_abs_logit_diff_while_tokens_agree"] < 0.1  # bf16 logits of a tiny model
+
+
+def test_gpu_guard_check_fla_cpu_smoke():
+    """eval/gpu_guard_check.py (for the H200) in its --cpu-smoke mode on FLA's RWKV6 model: every guard case passes on
+    the Triton backend (interpreted here)."""
+    spec = importlib.util.spec_from_file_location("gpu_guard_check", SCRIPT.parent / "gpu_guard_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    rows = check.main(["--cpu-smoke", "--families", "fla_rwkv6"])
+    assert [r["case"] for r in rows] == ["multi_turn", "interrupted_prefill", "stopped_decode_step"]
+    assert all(r["ok"] for r in rows), rows
+    assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
