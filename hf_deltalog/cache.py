@@ -859,8 +859,19 @@ class DeltaLogCache(DynamicCache):
         if not 0 <= layer_idx < len(self.layers):
             message = (f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} "
                        f"config with {len(self.layers)} layers; build the cache from the model that uses it")
-            raise self._status.reject(message) if in_forward else ValueError(message)
+            raise self._refusal(message) if in_forward else ValueError(message)
         return self.layers[layer_idx]
+
+    def _refusal(self, message: str) -> ValueError:
+        """The ValueError of a call refused for naming a layer this cache does not have (or not of that kind). It
+        locks the cache until ``reset()`` only when the layers already disagree, i.e. the call came part-way through
+        a forward that had advanced earlier layers; a refused read between two calls (``get_conv_state`` of an
+        attention layer, say) changed nothing and leaves the cache usable."""
+        try:
+            self._check_consistent(int(self.get_seq_length()))
+        except ValueError:
+            return self._status.reject(message)
+        return ValueError(message)
 
     def _check_model(self, model: Any) -> None:
         """Raise ValueError (changing nothing) unless ``model`` has the configuration this cache was built for."""
@@ -949,7 +960,7 @@ class DeltaLogCache(DynamicCache):
     def _require_linear(self, layer_idx: int) -> DeltaLogLayer:
         layer = self._layer(layer_idx)
         if not isinstance(layer, DeltaLogLayer):
-            raise self._status.reject(
+            raise self._refusal(
                 f"the model treats layer {layer_idx} as linear attention, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is a {type(layer).__name__}; build the cache from the model that uses it"
             )

@@ -460,6 +460,23 @@ def test_reading_the_state_between_turns_is_not_a_stopped_forward():
                                       do_sample=False))
 
 
+def test_a_refused_read_between_turns_leaves_the_cache_usable():
+    """get_conv_state of a layer the cache does not have (or of an attention layer) between two generate calls is a
+    read that changed nothing, yet it locked the cache: the valid continuation was refused with "left inconsistent by a
+    call it refused part-way through a forward" until reset(). Now the read raises its ValueError and the cache goes on;
+    the same refusal part-way through a forward (layers disagree) still locks it (test_cache_of_another_model_is_rejected)."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, backend="torch")
+    out = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, do_sample=False)
+    with pytest.raises(ValueError, match="layer 99 does not exist"):
+        cache.get_conv_state(99)
+    with pytest.raises(ValueError, match="layer 1 is a DynamicLayer"):
+        cache.get_conv_state(1)
+    assert torch.equal(model.generate(out, cache=cache, max_new_tokens=2, do_sample=False),
+                       model.generate(out, cache=DeltaLogCache(model, backend="torch"), max_new_tokens=2,
+                                      do_sample=False))
+
+
 def test_reset_lets_a_model_of_another_conv_width_use_the_cache():
     """After reset() the conv buffers kept the old width (transformers reinitialises them only on a shape change of
     the other dims), so a model with another conv width was refused at every continuation, reset or not. reset() now
