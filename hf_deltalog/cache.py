@@ -593,7 +593,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             raise ValueError(
                 f"cannot crop {tokens} tokens: rebuilding layer {self.layer_idx}'s conv window needs the pre-conv "
                 "columns of the cropped steps, which this cache does not keep. Build it with "
-                "DeltaLogCache(..., crop_ring=True) (about 8 % more memory than the log), or call "
+                "DeltaLogCache(..., crop_ring=True) (about the log's memory again), or call "
                 "cache.activate_past_recording() before decoding the tokens you may crop"
             )
         live = int(self.length.min())
@@ -715,8 +715,9 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
     if isinstance(beam_idx, (list, tuple)):
         beam_idx = torch.tensor(beam_idx)
     if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.is_floating_point() or \
-            beam_idx.dtype == torch.bool:
-        raise TypeError(f"beam_idx must be a 1-D integer tensor of row indices; got {beam_idx!r}")
+            beam_idx.is_complex() or beam_idx.dtype in (torch.bool, torch.uint8):
+        raise TypeError(f"beam_idx must be a 1-D tensor of row indices of a signed integer dtype (int64, int32, ...; "
+                        f"uint8 reads as a mask in torch's indexing); got {beam_idx!r}")
     if rows != -1 and beam_idx.shape[0] != rows:
         raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
     return beam_idx
@@ -727,14 +728,17 @@ def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
     boolean mask over the ``rows`` rows (-1: not allocated yet) becomes the indices of its true entries.
 
     Raises:
-        TypeError: anything else (a float tensor, a 2-D tensor, a scalar).
+        TypeError: anything else (a float tensor, a uint8 tensor, which torch's indexing reads as a mask, a 2-D
+            tensor, a scalar).
         ValueError: a boolean mask whose length is not ``rows``.
     """
     if isinstance(indices, (list, tuple)):
         indices = torch.tensor(indices, dtype=torch.long)
     if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or indices.is_floating_point() or \
-            indices.is_complex():
-        raise TypeError(f"batch_select_indices takes a 1-D integer tensor (or list) of rows to keep; got {indices!r}")
+            indices.is_complex() or indices.dtype == torch.uint8:
+        raise TypeError(f"batch_select_indices takes a 1-D tensor (or list) of rows to keep, of a signed integer dtype "
+                        f"(int64, int32, ...), or a boolean mask over the rows (uint8 is neither: torch's indexing "
+                        f"reads it as a mask); got {indices!r}")
     if indices.dtype == torch.bool:
         if rows != -1 and indices.shape[0] != rows:
             raise ValueError(f"a boolean mask for batch_select_indices needs one entry per row ({rows}); got "
@@ -748,7 +752,9 @@ class DeltaLogCache(DynamicCache):
 
     Drop-in for ``generate``: ``model.generate(**inputs, past_key_values=DeltaLogCache(model))`` gives the tokens
     the default cache gives. Attention layers are transformers' ``DynamicLayer`` s; each linear-attention layer is a
-    :class:`DeltaLogLayer`. Building the cache applies :func:`hf_deltalog.patch` to the model's family.
+    :class:`DeltaLogLayer`. Building the cache applies :func:`hf_deltalog.patch` (every supported family). For
+    flash-linear-attention's model classes (``fla.models``) ``DeltaLogCache(model)`` builds an
+    :class:`hf_deltalog.fla_cache.FLADeltaLogCache` instead, which takes ``merge_interval`` and ``backend`` only.
 
     Args:
         model_or_config: the model, or its config (a wrapper config resolves to its text config).
@@ -767,13 +773,15 @@ class DeltaLogCache(DynamicCache):
             (every supported family has them).
         max_cache_len: attention slots per row in static mode (prompt + new tokens); required there, unused otherwise.
         crop_ring: keep the pre-conv columns of the steps in the log, so that ``crop`` can rebuild the conv window
-            without transformers' past recording (about 8 % more memory than the log; default off). Without it,
+            without transformers' past recording (default off). It costs about the log's memory again: 5-9 % of the
+            fp32 state for Qwen3.5's and Kimi-Linear's layers in bf16 at M = 4-8 (``memory_breakdown()``). Without it,
             ``crop(-n)`` with ``n > 0`` raises ValueError unless ``activate_past_recording()`` was called.
 
     Raises:
         TypeError: not a model/config, or a non-integer ``merge_interval``.
         ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend,
-            static mode without a positive ``max_cache_len`` or on a config without attention layers.
+            static mode without a positive ``max_cache_len`` or on a config without attention layers, ``static``,
+            ``max_cache_len`` or ``crop_ring`` for an FLA model.
     """
 
     def __new__(cls, model_or_config: Any = None, *args: Any, **kwargs: Any):
@@ -785,6 +793,12 @@ class DeltaLogCache(DynamicCache):
             if fla_family_of(model_or_config) is not None:
                 from hf_deltalog.fla_cache import FLADeltaLogCache
 
+                transformers_only = sorted(set(kwargs) & {"static", "max_cache_len", "crop_ring"})
+                if transformers_only:
+                    raise ValueError(
+                        f"{', '.join(transformers_only)}: options of DeltaLogCache for transformers' models; for "
+                        "flash-linear-attention's model classes it takes merge_interval and backend only (FLA's "
+                        "generate has no static cache, and crop is not supported there)")
                 return FLADeltaLogCache(model_or_config, *args, **kwargs)
         return super().__new__(cls)
 

@@ -497,8 +497,9 @@ class FLADeltaLogCache(FLACache):
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
 
     Raises:
-        TypeError: not an FLA model/config, or a non-integer ``merge_interval``.
-        ValueError: an unsupported FLA model type, ``merge_interval`` out of range, an unknown backend.
+        TypeError: a non-integer ``merge_interval``.
+        ValueError: not a model/config of a supported FLA model type, ``merge_interval`` out of range, an unknown
+            backend.
     """
 
     is_compileable = False

@@ -534,13 +534,17 @@ def test_reorder_cache_keeps_the_generate_check_in_step():
 
 
 @pytest.mark.parametrize("bad, error", [([0.5, 1.0], TypeError), (torch.tensor([[0, 1]]), TypeError),
-                                        (torch.tensor([True, False]), TypeError), (torch.tensor([0]), ValueError)])
+                                        (torch.tensor([True, False]), TypeError), (torch.tensor([0]), ValueError),
+                                        (torch.tensor([1, 0], dtype=torch.uint8), TypeError)])
 def test_reorder_cache_rejects_bad_indices(bad, error):
+    """uint8 indices failed with index_select's RuntimeError (torch reads uint8 as a mask): now the TypeError."""
     model = tiny_model("qwen3_5")
     cache = DeltaLogCache(model)
     forward(model, prompt_ids(2, 5), cache)
+    S = cache.materialize(0)
     with pytest.raises(error, match="beam_idx"):
         cache.reorder_cache(bad)
+    assert torch.equal(cache.materialize(0), S)
 
 
 def test_reorder_cache_gathers_everything():
@@ -589,8 +593,12 @@ def test_batch_select_indices_takes_lists_and_masks_and_refuses_floats():
     cache = DeltaLogCache(model, merge_interval=4)
     decode(model, cache, forward(model, prompt_ids(3, 5), cache), 2)
     S = cache.materialize(0)
-    with pytest.raises(TypeError, match="1-D integer tensor .* of rows to keep"):
+    with pytest.raises(TypeError, match="1-D tensor .* of rows to keep, of a signed integer dtype"):
         cache.batch_select_indices(torch.tensor([0.0, 2.0]))
+    assert cache.batch_size == 3 and torch.equal(cache.materialize(0), S)
+    # uint8 was read as a mask by torch's indexing: [1, 0] kept row 0 only (integer indices keep rows 1 and 0)
+    with pytest.raises(TypeError, match="uint8 is neither"):
+        cache.batch_select_indices(torch.tensor([1, 0, 2], dtype=torch.uint8))
     assert cache.batch_size == 3 and torch.equal(cache.materialize(0), S)
     with pytest.raises(ValueError, match=r"one entry per row \(3\); got 2"):
         cache.batch_select_indices(torch.tensor([True, False]))

@@ -295,6 +295,12 @@ def test_construction_errors():
         DeltaLogCache(model, backend="cuda")
     with pytest.raises(ValueError, match="serves flash-linear-attention"):
         FLADeltaLogCache(transformers.LlamaConfig())
+    # transformers-only options: a clear ValueError (it was a TypeError from FLADeltaLogCache.__init__, a class the
+    # user never called, not saying what is accepted)
+    for kw in (dict(static=True, max_cache_len=16), dict(crop_ring=True)):
+        with pytest.raises(ValueError, match="options of DeltaLogCache for transformers' models; .* merge_interval "
+                                             "and backend only"):
+            DeltaLogCache(model, **kw)
 
 
 def test_generate_refuses_mismatched_use_before_touching_the_cache():
