@@ -371,6 +371,12 @@ BAD_INPUTS = [
     ("num_warps", _kw(num_warps=3), ValueError, "num_warps"),
     ("prepare_warps", _kw(prepare_warps=5), ValueError, "prepare_warps must be one of"),
     ("heads_per_program", _kw(heads_per_program=4), ValueError, "heads_per_program must be a power of two dividing"),
+    # bools and floats passed the checks (True == 1, 1.0 == 1) and raw_qk="no" read as True
+    ("num_warps-bool", _kw(num_warps=True), ValueError, "num_warps must be one of"),
+    ("num_warps-float", _kw(num_warps=1.0), ValueError, "num_warps must be one of"),
+    ("block_v-bool", _kw(block_v=True), ValueError, "block_v must be a power of two"),
+    ("heads_per_program-bool", _kw(heads_per_program=True), ValueError, "heads_per_program must be a power of two"),
+    ("raw_qk-str", _kw(raw_qk="no"), ValueError, "raw_qk must be True, False or None"),
 ]
 
 

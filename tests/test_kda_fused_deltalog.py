@@ -161,10 +161,25 @@ def test_custom_op_plain_entry_and_compile():
 
 @pytest.mark.parametrize("bad, match", [(dict(block_v=3), "block_v must be a power of two"),
                                         (dict(num_warps=3), "num_warps must be one of"),
-                                        (dict(prepare_warps=3), "prepare_warps must be one of")])
+                                        (dict(prepare_warps=3), "prepare_warps must be one of"),
+                                        (dict(num_warps=True), "num_warps must be one of"),
+                                        (dict(block_v=2.0), "block_v must be a power of two")])
 def test_launch_options_are_checked(bad, match):
     B, Hk, HV, K, V, M = 2, 1, 1, 16, 8, 3
     args = list(make_inputs(B, Hk, HV, K, V, torch.float32, torch.Generator().manual_seed(5)))
     args += make_state(B, Hk, HV, K, V, M, [0, 1], seed=6) + [deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu")]
     with pytest.raises(ValueError, match=match):
         fused_deltalog_kda_decode(*args, **bad)
+
+
+def test_none_launch_options_keep_the_defaults():
+    """block_v=None / num_warps=None (documented as the defaults, as the GDN launcher takes them) failed with int(None)."""
+    B, Hk, HV, K, V, M = 2, 1, 2, 16, 8, 3
+    x = list(make_inputs(B, Hk, HV, K, V, torch.float32, torch.Generator().manual_seed(5)))
+    state = make_state(B, Hk, HV, K, V, M, [0, M - 1], seed=6)
+    runs = []
+    for kw in (dict(), dict(block_v=None, num_warps=None)):
+        buffers = [t.clone() for t in state] + [deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu")]
+        runs.append((fused_deltalog_kda_decode(*x, *buffers, **kw), buffers[:-1]))
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert all(torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)) for a, b in zip(runs[0][1], runs[1][1]))

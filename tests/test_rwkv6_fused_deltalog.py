@@ -167,10 +167,25 @@ def test_custom_op_plain_entry_and_compile():
 
 @pytest.mark.parametrize("bad, match", [(dict(block_v=0), "block_v must be a power of two"),
                                         (dict(num_warps=3), "num_warps must be one of"),
-                                        (dict(prepare_warps=3), "prepare_warps must be one of")])
+                                        (dict(prepare_warps=3), "prepare_warps must be one of"),
+                                        (dict(num_warps=True), "num_warps must be one of"),
+                                        (dict(block_v=2.0), "block_v must be a power of two")])
 def test_launch_options_are_checked(bad, match):
     B, H, K, V, M = 2, 1, 16, 8, 3
     args = list(make_inputs(B, H, K, V, torch.float32, torch.Generator().manual_seed(6))) + [torch.randn(H, K)]
     args += make_state(B, H, K, V, M, [0, 1], seed=7) + [deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu")]
     with pytest.raises(ValueError, match=match):
         fused_deltalog_rwkv6_decode(*args, **bad)
+
+
+def test_none_launch_options_keep_the_defaults():
+    """block_v=None / num_warps=None (documented as the defaults, as the GDN launcher takes them) failed with int(None)."""
+    B, H, K, V, M = 2, 2, 16, 8, 3
+    x = list(make_inputs(B, H, K, V, torch.float32, torch.Generator().manual_seed(6))) + [torch.randn(H, K)]
+    state = make_state(B, H, K, V, M, [0, M - 1], seed=7)
+    runs = []
+    for kw in (dict(), dict(block_v=None, num_warps=None)):
+        buffers = [t.clone() for t in state] + [deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu")]
+        runs.append((fused_deltalog_rwkv6_decode(*x, *buffers, **kw), buffers[:-1]))
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert all(torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)) for a, b in zip(runs[0][1], runs[1][1]))

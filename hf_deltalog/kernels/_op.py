@@ -38,12 +38,17 @@ def register_decode_op(name: str, body: Callable, mutates: tuple[str, ...], outp
     return op
 
 
+def _is_int(x) -> bool:
+    """An int that is not a bool (``True`` would pass as 1)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> None:
-    """Raise ValueError unless ``block_v`` is a power of two ≥ 1 and ``num_warps`` one of 1, 2, 4, 8, 16 (None keeps
-    a launcher's default); ``warps_name`` names the warps option in the message."""
-    if block_v is not None and (not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1)):
+    """Raise ValueError unless ``block_v`` is a power of two ≥ 1 and ``num_warps`` one of 1, 2, 4, 8, 16, both ints
+    (not bools or floats; None keeps a launcher's default); ``warps_name`` names the warps option in the message."""
+    if block_v is not None and (not _is_int(block_v) or block_v < 1 or block_v & (block_v - 1)):
         raise ValueError(f"block_v must be a power of two >= 1 (or None for the default); got {block_v!r}")
-    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
+    if num_warps is not None and (not _is_int(num_warps) or num_warps not in (1, 2, 4, 8, 16)):
         raise ValueError(f"{warps_name} must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")
 
 

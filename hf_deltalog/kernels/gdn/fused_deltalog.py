@@ -7,7 +7,7 @@ With ``ℓ̄' = ℓ̄ + g``, ``a = exp(ℓ̄')`` and ``w_i = exp(ℓ̄' − Λ_i
     S'ᵀk̂ = a·baseᵀk̂ + Σ_i w_i (K_i·k̂) U_i          S'ᵀq̂ = a·baseᵀq̂ + Σ_i w_i (K_i·q̂) U_i
     u = β (v − S'ᵀk̂)                                  o = S'ᵀq̂ + (q̂·k̂) u
 
-then, per row, *appends* ``(k̂, u, ℓ̄')`` at slot ``L`` when ``L < C`` or *merges* (``base ← a·base + Σ_i w_i K_i U_iᵀ +
+then, per row, *appends* ``(k̂, u, g_t)`` at slot ``L`` when ``L < C`` or *merges* (``base ← a·base + Σ_i w_i K_i U_iᵀ +
 k̂ uᵀ``, ``ℓ̄ ← 0``, ``L ← 0``) when ``L ≥ C``. :func:`hf_deltalog.kernels.gdn.naive.naive_deltalog_gdn_decode` is the
 executable specification; these kernels match it buffer for buffer.
 
@@ -457,7 +457,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     check_launch_options(None, prepare_warps, "prepare_warps")
     G = HV // Hk
     if heads_per_program is not None and (
-        not isinstance(heads_per_program, int) or heads_per_program < 1 or G % heads_per_program
+        not isinstance(heads_per_program, int) or isinstance(heads_per_program, bool) or heads_per_program < 1 or G % heads_per_program
         or heads_per_program & (heads_per_program - 1)
     ):
         raise ValueError(
@@ -604,10 +604,12 @@ def fused_deltalog_gdn_decode(
             a buffer the step writes sharing memory with another argument, tensors on different devices or
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
             non-unit last-dim stride on q/k/v, or a bad launch option (``block_v``, ``num_warps``,
-            ``prepare_warps``, ``heads_per_program``).
+            ``prepare_warps``, ``heads_per_program``, ``raw_qk``).
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
               num_warps, heads_per_program, prepare_warps)
+    if raw_qk is not None and not isinstance(raw_qk, bool):
+        raise ValueError(f"raw_qk must be True, False or None (the default); got {raw_qk!r}")
     K = q.shape[-1]
     scale = float(K**-0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,

@@ -227,7 +227,7 @@ def naive_deltalog_gdn_decode(
     Computes exactly what :func:`naive_recurrent_gated_delta_rule` computes for ``T = 1`` from the logical state
     of :func:`naive_deltalog_gdn_materialize`, without materialising it: ``S'ᵀk̂ = exp(ℓ̄')·baseᵀk̂ +
     Σ_i exp(ℓ̄' − Λ_i)(K_i·k̂) U_i`` and likewise for ``q̂``, with ``ℓ̄' = ℓ̄ + g_t``. Then, per row: if ``L < C``
-    it writes entry ``L`` (``k̂``, ``u``, ``ℓ̄'``) and sets ``L ← L + 1``, ``ℓ̄ ← ℓ̄'``; if ``L = C`` (merge) it writes
+    it writes entry ``L`` (``k̂``, ``u`` and the step's own log-decay ``λ_t = g_t``) and sets ``L ← L + 1``, ``ℓ̄ ← ℓ̄'``; if ``L = C`` (merge) it writes
     ``S_t`` into the base, ``ℓ̄ ← 0`` and ``L ← 0``. Rows in different phases share a call; nothing is read
     back to the host.
 

@@ -339,8 +339,8 @@ def fused_deltalog_kda_decode(
     use_qk_l2norm_in_kernel: bool = True,
     state_v_first: bool = False,
     *,
-    block_v: int = 8,
-    num_warps: int = 1,
+    block_v: int | None = 8,
+    num_warps: int | None = 1,
     prepare_warps: int | None = None,
     use_custom_op: bool = True,
 ) -> torch.Tensor:
@@ -356,7 +356,7 @@ def fused_deltalog_kda_decode(
         length: int32/int64 ``[B]``; workspace: :func:`deltalog_kda_workspace`. All mutated in place. Only the live
         slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that merge's
         decayed keys ``exp(ℓ̄' − Λ_i) ⊙ K_i`` (the kernels' scratch), not the entries' log-decays.
-        scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps.
+        scale: default ``K ** -0.5``. block_v / num_warps: the decode kernel's value tile and warps (None: 8 and 1).
         prepare_warps: warps per prepare program (one per row and key head); None: 1 (the program holds ``[K]``
             vectors only, 64 registers at C = 7 and 72 at C = 31 in an sm_90 compile, so more warps only split its
             reductions; timed on the H200 at M = 4 and 8).
@@ -374,7 +374,7 @@ def fused_deltalog_kda_decode(
               block_v, num_warps, prepare_warps)
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v), int(num_warps), int(prepare_warps or 0))
+            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(8 if block_v is None else block_v), int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
     with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
         if use_custom_op:
             return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)

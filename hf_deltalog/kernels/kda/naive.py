@@ -183,7 +183,7 @@ def naive_deltalog_kda_decode(
 
     Computes what :func:`naive_recurrent_kda` computes for ``T = 1`` from the logical state of
     :func:`naive_deltalog_kda_materialize`, without materialising it. Append rows write entry ``L`` (``k̂``, ``u``,
-    ``ℓ̄'``), set ``ℓ̄ ← ℓ̄'`` and ``L ← L + 1``; merge rows (``L = C``) write ``S_t`` into the base, ``ℓ̄ ← 0``, ``L ← 0``.
+    the step's own log-decay ``λ_t = g_t``), set ``ℓ̄ ← ℓ̄'`` and ``L ← L + 1``; merge rows (``L = C``) write ``S_t`` into the base, ``ℓ̄ ← 0``, ``L ← 0``.
 
     Args:
         q, k: ``[B, 1, Hk, K]``; v: ``[B, 1, HV, V]``; g: ``[B, 1, HV, K]``; beta: ``[B, 1, HV]``.

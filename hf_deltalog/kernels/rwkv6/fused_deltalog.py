@@ -300,8 +300,8 @@ def fused_deltalog_rwkv6_decode(
     scale: float | None = None,
     state_v_first: bool = False,
     *,
-    block_v: int = 8,
-    num_warps: int = 1,
+    block_v: int | None = 8,
+    num_warps: int | None = 1,
     prepare_warps: int | None = None,
     use_custom_op: bool = True,
 ) -> torch.Tensor:
@@ -312,12 +312,12 @@ def fused_deltalog_rwkv6_decode(
     Args:
         r, k, w: ``[B, 1, H, K]`` (bf16/fp16/fp32; w a log-decay ≤ 0); v: ``[B, 1, H, V]``; u: ``[H, K]`` bonus.
         base: fp32 ``[B, H, K, V]`` (``[B, H, V, K]`` with ``state_v_first``); log_decay: fp32 ``[B, H, K]``;
-        k_log ``[B, H, C, K]`` and v_log ``[B, H, C, V]`` in any float dtype (the activation dtype is lossless);
+        k_log ``[B, H, C, K]`` and v_log ``[B, H, C, V]`` fp32 or the activations' dtype (which stores them losslessly);
         decay_log: fp32 ``[B, H, C, K]``; length: int32/int64 ``[B]``; workspace: :func:`deltalog_rwkv6_workspace`.
         Only the live slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that
         merge's decayed keys ``exp(ℓ̄' − Λ_i) ⊙ k_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5`` (FLA's RWKV6 layer passes 1.0).
-        block_v / num_warps: the decode kernel's value tile and warps. prepare_warps: warps per prepare program (one
+        block_v / num_warps: the decode kernel's value tile and warps (None: 8 and 1). prepare_warps: warps per prepare program (one
             per row and head); None: :func:`hf_deltalog.kernels._op.default_prepare_warps`.
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode`` (declares its
             mutations, so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
@@ -335,7 +335,7 @@ def fused_deltalog_rwkv6_decode(
               block_v, num_warps, prepare_warps)
     scale = float(r.shape[-1] ** -0.5 if scale is None else scale)
     args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, bool(state_v_first),
-            int(block_v), int(num_warps), int(prepare_warps or 0))
+            int(8 if block_v is None else block_v), int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
     with launch_device(r):  # Triton launches on the current device: make it r's (a model on several GPUs)
         if use_custom_op:
             return torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode(*args)
