@@ -173,3 +173,25 @@ def test_bad_inputs():
         naive_deltalog_gdn_decode(q, k, v, g, beta, S0.clone(), **{**log, "length": log["length"].float()})
     with pytest.raises(TypeError, match="base must be float32"):
         naive_deltalog_gdn_decode(q, k, v, g, beta, S0.clone().half(), **log)
+    # Found by the eleventh review: integer activations were accepted (the output came back as truncated int64 and
+    # the buffers were updated); mixed fp32 / fp64 buffers failed in einsum; HV not a multiple of Hk in materialize
+    # failed in einsum too.
+    snapshot = {name: t.clone() for name, t in log.items()}
+    with pytest.raises(TypeError, match="q must have a floating dtype"):
+        naive_deltalog_gdn_decode((q * 10).long(), (k * 10).long(), v, g, beta, S0.clone(), **log)
+    with pytest.raises(TypeError, match="must share one dtype.*u_log torch.float64"):
+        naive_deltalog_gdn_decode(q, k, v, g, beta, S0.clone(), **{**log, "u_log": log["u_log"].double()})
+    assert all(torch.equal(log[name], t) for name, t in snapshot.items())
+    with pytest.raises(ValueError, match="HV=3 .* multiple of the key heads Hk=2"):
+        naive_deltalog_gdn_materialize(S0[:, :3].clone(), **{**log, "log_decay": log["log_decay"][:, :3],
+                                                             "u_log": log["u_log"][:, :3],
+                                                             "decay_log": log["decay_log"][:, :3]})
+    # materialize promotes mixed fp32 / fp64 buffers, as its docstring says
+    log["length"] = torch.tensor([1, 2], dtype=torch.int32)
+    for name in ("k_log", "u_log", "decay_log"):
+        log[name].normal_(generator=torch.Generator().manual_seed(3))
+    mixed = naive_deltalog_gdn_materialize(S0, **{**log, "k_log": log["k_log"].double()})
+    assert mixed.dtype == torch.float64
+    ref = naive_deltalog_gdn_materialize(S0.double(), **{n: t.double() if t.is_floating_point() else t
+                                                         for n, t in log.items()})
+    assert torch.equal(mixed, ref)

@@ -89,3 +89,10 @@ def test_bad_inputs():
         naive_deltalog_kda_decode(q[:, :, :0], k[:, :, :0], v, g, beta, S0.clone(), **log)
     with pytest.raises(TypeError, match="length must be int32 or int64"):
         naive_deltalog_kda_decode(q, k, v, g, beta, S0.clone(), **{**log, "length": log["length"].float()})
+    with pytest.raises(TypeError, match="k must have a floating dtype"):  # was accepted, output truncated
+        naive_deltalog_kda_decode(q, (k * 10).int(), v, g, beta, S0.clone(), **log)
+    with pytest.raises(TypeError, match="must share one dtype"):  # failed in einsum
+        naive_deltalog_kda_decode(q, k, v, g, beta, S0.clone(), **{**log, "decay_log": log["decay_log"].double()})
+    with pytest.raises(ValueError, match="HV=2 .* multiple of the key heads Hk=4"):  # failed in repeat/einsum
+        naive_deltalog_kda_materialize(S0.clone(), **{**log, "k_log": log["k_log"].repeat(1, 2, 1, 1)})
+    assert naive_deltalog_kda_materialize(S0, **{**log, "u_log": log["u_log"].double()}).dtype == torch.float64

@@ -77,3 +77,7 @@ def test_bad_inputs():
         naive_deltalog_rwkv6_decode(r2, k2, v2, w2, u, S0.clone(), **log)
     with pytest.raises(TypeError, match="base must be float32"):
         naive_deltalog_rwkv6_decode(r, k, v, w, u, S0.clone().half(), **log)
+    with pytest.raises(TypeError, match="v must have a floating dtype"):  # was accepted, output truncated
+        naive_deltalog_rwkv6_decode(r, k, (v * 10).int(), w, u, S0.clone(), **log)
+    with pytest.raises(TypeError, match="must share one dtype"):
+        naive_deltalog_rwkv6_decode(r, k, v, w, u, S0.clone(), **{**log, "log_decay": log["log_decay"].double()})

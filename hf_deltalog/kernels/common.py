@@ -42,6 +42,30 @@ def check_dims(**sizes: int) -> None:
         raise ValueError(f"head sizes and head counts must be ≥ 1; got {bad}")
 
 
+def check_floating(**tensors: torch.Tensor) -> None:
+    """Raise ``TypeError`` unless every given tensor has a floating dtype (an integer activation would be truncated)."""
+    for name, t in tensors.items():
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype (bfloat16, float16, float32 or float64); got {t.dtype}")
+
+
+def check_same_dtype(**tensors: torch.Tensor) -> None:
+    """Raise ``TypeError`` unless the given state buffers share one dtype: a decode step computes in the base's dtype
+    and writes each buffer in place."""
+    dtypes = {name: t.dtype for name, t in tensors.items()}
+    if len(set(dtypes.values())) > 1:
+        raise TypeError(f"the DeltaLog state buffers must share one dtype (float32, or float64 for references); got "
+                        f"{', '.join(f'{n} {d}' for n, d in dtypes.items())}")
+
+
+def promoted_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The dtype ``torch`` promotes ``tensors`` to (float64 if any is, for the float32 / float64 buffers here)."""
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
+        dt = torch.promote_types(dt, t.dtype)
+    return dt
+
+
 def _spans(tensors: dict[str, torch.Tensor]) -> list[tuple[int, int, str, torch.device]]:
     """``(first byte, one past the last byte, name, device)`` that each non-empty tensor can touch, sorted."""
     out = []

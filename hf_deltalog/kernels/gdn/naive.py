@@ -34,7 +34,15 @@ from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, check_dims, check_step_buffers, later_decay_sums
+from hf_deltalog.kernels.common import (
+    LOG_DECAY_FLOOR,
+    check_dims,
+    check_floating,
+    check_same_dtype,
+    check_step_buffers,
+    later_decay_sums,
+    promoted_dtype,
+)
 
 __all__ = [
     "l2norm",
@@ -65,6 +73,7 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
     for name, t in (("g", g), ("beta", beta)):
         if t.shape != (B, T, HV):
             raise ValueError(f"{name} must be [B, T, HV] = {(B, T, HV)}; got {tuple(t.shape)}")
+    check_floating(q=q, k=k, v=v, g=g, beta=beta)
 
 
 @torch.no_grad()
@@ -126,6 +135,8 @@ def naive_recurrent_gated_delta_rule(
 
 
 def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first):
+    if Hk == 0 or HV % Hk != 0:
+        raise ValueError(f"the value heads HV={HV} (u_log) must be a positive multiple of the key heads Hk={Hk} (k_log)")
     expect_base = (B, HV, V, K) if state_v_first else (B, HV, K, V)
     if tuple(base.shape) != expect_base:
         layout = "[B, HV, V, K]" if state_v_first else "[B, HV, K, V]"
@@ -185,7 +196,8 @@ def naive_deltalog_gdn_materialize(
         u_log: ``[B, HV, C, V]`` fp32 value-side factors ``u_i = β_i (v_i − S'ᵀ k̂_i)``.
         decay_log: ``[B, HV, C]`` fp32 log-decay ``λ_i`` of the step that wrote entry ``i`` (so
             ``ℓ̄ − Λ_i = Σ_{j>i} λ_j``: :func:`hf_deltalog.kernels.common.later_decay_sums`).
-        length: ``[B]`` int32/int64 live entries ``L`` per row (``0 ≤ L ≤ C``).
+        length: ``[B]`` int32/int64 live entries ``L`` per row (``0 ≤ L ≤ C``; a length above ``C`` reads all ``C``
+            entries and a negative one none, as the decode kernels read them).
         state_v_first: layout of ``base``.
 
     Returns:
@@ -199,6 +211,8 @@ def naive_deltalog_gdn_materialize(
     HV, V = u_log.shape[1], u_log.shape[3]
     _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
     G = HV // Hk
+    dt = promoted_dtype(base, log_decay, k_log, u_log, decay_log)
+    base, log_decay, k_log, u_log, decay_log = (t.to(dt) for t in (base, log_decay, k_log, u_log, decay_log))
     base_kv = base.transpose(-1, -2) if state_v_first else base
     w, k_live, u_live = _replay_weights(None, decay_log, k_log, u_log, length)
     k_hv = k_live.repeat_interleave(G, dim=1)  # [B, HV, C, K]
@@ -256,6 +270,7 @@ def naive_deltalog_gdn_decode(
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
     check_dims(Hk=Hk, HV=HV, K=K, V=V)
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
+    check_same_dtype(base=base, log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log)
     check_step_buffers(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
                             decay_log=decay_log, length=length),
                        ("base", "log_decay", "k_log", "u_log", "decay_log", "length"))

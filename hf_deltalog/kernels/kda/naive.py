@@ -30,7 +30,15 @@ from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, check_dims, check_step_buffers, later_decay_sums
+from hf_deltalog.kernels.common import (
+    LOG_DECAY_FLOOR,
+    check_dims,
+    check_floating,
+    check_same_dtype,
+    check_step_buffers,
+    later_decay_sums,
+    promoted_dtype,
+)
 
 __all__ = ["kda_l2norm", "naive_deltalog_kda_decode", "naive_deltalog_kda_materialize", "naive_recurrent_kda"]
 
@@ -53,6 +61,7 @@ def _check(q, k, v, g, beta):
         raise ValueError(f"g must be [B, T, HV, K] = {(B, T, HV, K)} (a log-decay per key channel); got {tuple(g.shape)}")
     if tuple(beta.shape) != (B, T, HV):
         raise ValueError(f"beta must be [B, T, HV] = {(B, T, HV)}; got {tuple(beta.shape)}")
+    check_floating(q=q, k=k, v=v, g=g, beta=beta)
     return B, T, Hk, HV, K, v.shape[3]
 
 
@@ -109,6 +118,8 @@ def naive_recurrent_kda(
 
 
 def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V):
+    if Hk == 0 or HV % Hk != 0:
+        raise ValueError(f"the value heads HV={HV} (u_log) must be a positive multiple of the key heads Hk={Hk} (k_log)")
     C = k_log.shape[2] if k_log.dim() == 4 else -1
     for name, t, shape in (
         ("base", base, (B, HV, K, V)),
@@ -151,14 +162,18 @@ def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, len
     Args:
         base: ``[B, HV, K, V]`` fp32. log_decay: ``[B, HV, K]`` fp32 ``ℓ̄``. k_log: ``[B, Hk, C, K]`` fp32 normalised
         keys. u_log: ``[B, HV, C, V]`` fp32 value-side factors. decay_log: ``[B, HV, C, K]`` fp32 own log-decays ``λ_i``.
-        length: ``[B]`` int32/int64 live entries.
+        length: ``[B]`` int32/int64 live entries (``0 ≤ L ≤ C``; a length above ``C`` reads all ``C`` entries and a
+        negative one none, as the decode kernels read them).
 
     Returns:
-        ``[B, HV, K, V]`` (a new tensor). Raises ValueError/TypeError on inconsistent shapes or dtypes.
+        ``[B, HV, K, V]`` (a new tensor) in the promoted dtype of the buffers (fp32, or fp64 if any is). Raises
+        ValueError/TypeError on inconsistent shapes or dtypes.
     """
     B, Hk, _, K = k_log.shape
     HV, V = u_log.shape[1], u_log.shape[3]
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
+    dt = promoted_dtype(base, log_decay, k_log, u_log, decay_log)
+    base, log_decay, k_log, u_log, decay_log = (t.to(dt) for t in (base, log_decay, k_log, u_log, decay_log))
     decayed, u_live = _replay(None, k_log, u_log, decay_log, length, _live(length, C), HV // Hk)
     return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, u_live)
 
@@ -199,6 +214,7 @@ def naive_deltalog_kda_decode(
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
     check_dims(Hk=Hk, HV=HV, K=K, V=V)
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
+    check_same_dtype(base=base, log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log)
     check_step_buffers(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
                             decay_log=decay_log, length=length),
                        ("base", "log_decay", "k_log", "u_log", "decay_log", "length"))

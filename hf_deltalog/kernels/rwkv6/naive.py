@@ -28,7 +28,14 @@ from __future__ import annotations
 
 import torch
 
-from hf_deltalog.kernels.common import LOG_DECAY_FLOOR, check_dims, check_step_buffers, later_decay_sums
+from hf_deltalog.kernels.common import (
+    LOG_DECAY_FLOOR,
+    check_dims,
+    check_floating,
+    check_same_dtype,
+    check_step_buffers,
+    later_decay_sums,
+)
 
 __all__ = ["naive_deltalog_rwkv6_decode", "naive_deltalog_rwkv6_materialize", "naive_recurrent_rwkv6"]
 
@@ -42,6 +49,7 @@ def _check(r, k, v, w, u):
         raise ValueError(f"v must be [B, T, H, V] with B={B}, T={T}, H={H}; got {tuple(v.shape)}")
     if tuple(u.shape) != (H, K):
         raise ValueError(f"u (the bonus) must be [H, K] = {(H, K)}; got {tuple(u.shape)}")
+    check_floating(r=r, k=k, v=v, w=w, u=u)
     return B, T, H, K, v.shape[3]
 
 
@@ -134,7 +142,9 @@ def naive_deltalog_rwkv6_materialize(base, log_decay, k_log, v_log, decay_log, l
 
     Args:
         base: ``[B, H, K, V]`` fp32; log_decay: ``[B, H, K]`` fp32; k_log: ``[B, H, C, K]`` and v_log: ``[B, H, C, V]``
-        raw factors (any float dtype); decay_log: ``[B, H, C, K]`` fp32 own log-decays ``λ_i``; length: ``[B]`` int32/int64.
+        raw factors (any float dtype); decay_log: ``[B, H, C, K]`` fp32 own log-decays ``λ_i``; length: ``[B]``
+        int32/int64 (``0 ≤ L ≤ C``; a length above ``C`` reads all ``C`` entries and a negative one none, as the
+        decode kernels read them).
 
     Returns a new tensor in ``base.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes.
     """
@@ -176,6 +186,7 @@ def naive_deltalog_rwkv6_decode(
     check_dims(H=H, K=K, V=V)
     C = _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V)
     check_log_dtypes(k, v, k_log, v_log)
+    check_same_dtype(base=base, log_decay=log_decay, decay_log=decay_log)
     check_step_buffers(dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
                             decay_log=decay_log, length=length),
                        ("base", "log_decay", "k_log", "v_log", "decay_log", "length"))
