@@ -201,6 +201,11 @@ class DeltaLogLayer(LinearAttentionLayer):
         backend: ``"auto"``, ``"torch"`` or ``"triton"`` (resolved when the buffers are allocated).
         layer_idx: the model layer this cache layer serves.
         number_of_states: conv states of the layer (transformers' ``number_of_conv_states``).
+
+    Raises:
+        TypeError: a non-integer ``merge_interval``.
+        ValueError: ``merge_interval`` outside ``[1, MAX_MERGE_INTERVAL]``, an unknown backend, ``dims`` that are not
+            four positive ints with ``HV`` a multiple of ``Hk``.
     """
 
     # Dynamic mode: the small-batch dense path rebinds the base to the tensor FLA returns and decode steps advance
@@ -210,6 +215,14 @@ class DeltaLogLayer(LinearAttentionLayer):
     def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
                  layer_idx: int, number_of_states: int = 1, status: _Status | None = None,
                  auto_merge_interval: bool = False, static: bool = False, crop_ring: bool = False):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        if merge_interval is None:
+            raise TypeError(f"merge_interval must be an integer in [1, {MAX_MERGE_INTERVAL}]; got None")
+        merge_interval = _check_merge_interval(merge_interval, None)
+        if len(dims) != 4 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims) \
+                or dims[1] % dims[0]:
+            raise ValueError(f"dims must be (Hk, HV, K, V), positive ints with HV a multiple of Hk; got {dims!r}")
         super().__init__(number_of_states=number_of_states)
         self.static = static
         self.is_compileable = static

@@ -111,7 +111,8 @@ class GraphDecoder:
     Raises:
         ValueError: a dynamic cache, ``capture=True`` without CUDA or with the model on several devices, EOS without a
             pad token.
-        TypeError: an ``eos_token_id`` that is not an int, a list of ints or a tensor of them.
+        TypeError: an ``eos_token_id`` that is not an int, a list of ints or a tensor of them; a ``pad_token_id``
+            that is not an int (or a one-element tensor).
     """
 
     def __init__(self, model, cache, *, capture: bool | str = "auto", warmup_steps: int = 2,
@@ -138,6 +139,11 @@ class GraphDecoder:
         eos = _token_ids(eos_token_id, "eos_token_id")
         if eos and pad_token_id is None:
             raise ValueError("eos_token_id needs a pad_token_id (finished rows emit it, as generate does)")
+        if pad_token_id is not None:
+            if isinstance(pad_token_id, torch.Tensor) and pad_token_id.numel() == 1:
+                pad_token_id = pad_token_id.item()
+            if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int):
+                raise TypeError(f"pad_token_id must be an int (or None without eos_token_id); got {pad_token_id!r}")
         self.eos = torch.tensor(eos, dtype=torch.long, device=device) if eos else None
         self.pad_token_id = pad_token_id
         self.graph: torch.cuda.CUDAGraph | None = None

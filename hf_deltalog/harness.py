@@ -78,7 +78,7 @@ class CachedHFLM(HFLM):
             `deltalog_backend="triton"` for a model not on CUDA (without `TRITON_INTERPRET=1`), a `merge_interval`
             outside [1, 1024], a `record_generations` that is not true/false, a seq2seq model, or
             `batch_size="auto"` (parity needs fixed batches).
-        TypeError: a `merge_interval` that is not an integer (or a string of digits, as lm-eval's model_args pass it).
+        TypeError: a `merge_interval` that is not an integer (or a string of one, as lm-eval's model_args pass it).
     """
 
     def __init__(self, pretrained: Any, cache: str = "deltalog", merge_interval: int | str | None = None,
@@ -103,7 +103,8 @@ class CachedHFLM(HFLM):
         self.cache = cache
         if isinstance(merge_interval, str):  # lm-eval's model_args arrive as strings ("8")
             text = merge_interval.strip()
-            merge_interval = None if text in ("", "None") else int(text) if text.isdigit() else text
+            signed = text[1:] if text[:1] in "+-" else text
+            merge_interval = None if text in ("", "None") else int(text) if signed.isdigit() else text
         # checked here, before any request, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
         self.merge_interval = _check_merge_interval(merge_interval, None)
         if deltalog_backend == "triton" and self.model.device.type != "cuda" and not interpreting():

@@ -1019,3 +1019,22 @@ def test_static_batch_ops_are_refused_before_any_layer_changes():
     after = [cache.materialize(i) for i, layer in enumerate(cache.layers) if isinstance(layer, DeltaLogLayer)]
     assert all(torch.equal(a, b) for a, b in zip(states, after)) and cache.batch_size == 2
     decode(model, cache, first, 1)  # still usable
+
+
+def test_deltalog_layer_checks_its_arguments():
+    """The exported DeltaLogLayer validated nothing (found by the eleventh review): backend="gpu" acted as "auto",
+    merge_interval=0 gave a log of capacity -1, and dims with HV not a multiple of Hk were accepted."""
+    from hf_deltalog.patches import FAMILIES
+
+    spec = FAMILIES["qwen3_5_text"]
+    good = dict(spec=spec, dims=(2, 4, 8, 16), merge_interval=3, backend="torch", layer_idx=0)
+    assert DeltaLogLayer(**good).capacity == 2
+    for bad, error, match in ((dict(backend="gpu"), ValueError, "backend must be one of"),
+                              (dict(merge_interval=0), ValueError, "merge_interval must be an integer in"),
+                              (dict(merge_interval=None), TypeError, "merge_interval must be an integer"),
+                              (dict(merge_interval=2.0), TypeError, "merge_interval must be an integer"),
+                              (dict(dims=(3, 4, 8, 16)), ValueError, "HV a multiple of Hk"),
+                              (dict(dims=(2, 4, 0, 16)), ValueError, "positive ints"),
+                              (dict(dims=(2, 4, 8)), ValueError, "dims must be")):
+        with pytest.raises(error, match=match):
+            DeltaLogLayer(**{**good, **bad})

@@ -366,3 +366,10 @@ def test_eos_token_id_as_a_tensor_is_accepted():
         assert torch.equal(out, ref)
     with pytest.raises(TypeError, match="eos_token_id must be"):
         GraphDecoder(model, make_cache("deltalog", model, 32), capture=False, eos_token_id=[2.5], pad_token_id=0)
+    # pad_token_id=True / "x" were accepted at construction (found by the eleventh review); a 1-element tensor is an id
+    for bad in (True, "x", 1.0):
+        with pytest.raises(TypeError, match="pad_token_id must be an int"):
+            GraphDecoder(model, make_cache("deltalog", model, 32), capture=False, eos_token_id=3, pad_token_id=bad)
+    out = graph_generate(model, ids, cache=make_cache("deltalog", model, 32), max_new_tokens=6, capture=False,
+                         eos_token_id=3, pad_token_id=torch.tensor(0)).sequences
+    assert torch.equal(out, ref)
