@@ -3,7 +3,8 @@
 Why an explicit ``torch.cuda.CUDAGraph`` and not transformers' compile path: eager decoding in transformers is bound
 by Python and kernel-launch overhead (an MoE model of 40 layers launches thousands of kernels per token), and
 ``generate``'s automatic ``torch.compile(mode="reduce-overhead")`` of a static cache measured no faster than eager on
-an 8-layer Qwen3.5-MoE slice on an H200 (22.5 vs 22.1 ms at B = 64, 80.4 vs 72.7 ms at B = 256): Inductor re-lowers the
+an 8-layer Qwen3.5-MoE slice on an H200 (22.5 vs 22.1 ms at B = 64, 80.4 vs 72.7 ms at B = 256, in an exploratory run
+of 2026-11-29 whose script and log were not kept: unverified): Inductor re-lowers the
 MoE and recurrent kernels and recompiles for every batch size, minutes of compilation for a model of this size.
 Capturing the eager forward keeps exactly the eager kernels (transformers' grouped-GEMM MoE, FLA's and hf_deltalog's
 Triton recurrences) and removes the launch overhead; the capture takes one forward.
