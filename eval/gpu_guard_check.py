@@ -1,10 +1,11 @@
-"""GPU check of the cache's guards on the Triton backend: what tests/test_cache_api.py and tests_fla/test_fla_generate.py
-check on the CPU (PyTorch backend or the interpreter), run with the compiled kernels on a CUDA device.
+"""GPU check of the cache's guards on the Triton backend: what tests/test_cache_api.py and
+tests_fla/test_fla_generate.py check on the CPU (PyTorch backend or the interpreter), run with the compiled kernels on
+a CUDA device.
 
 For transformers' Qwen3.5 (GDN) and Kimi-Linear (KDA) models and FLA's GatedDeltaNet, RWKV6 and KDA models (tiny
 configs, K != V, HV != Hk where the family has it; fp32; ``backend="triton"``, ``merge_interval=3``: the DeltaLog
-kernels decode, not the small-state policy's dense path), each case below passes or fails; the script prints one JSON line per case and writes
-them all to ``--out``:
+kernels decode, not the small-state policy's dense path), each case below passes or fails; the script prints one JSON
+line per case and writes them all to ``--out``:
 
 - ``multi_turn``: generate, read the state between the turns (``get_conv_state`` / ``materialize``, or FLA's
   ``cache[0]``), continue with the whole conversation: tokens identical to the default cache (transformers'
@@ -89,8 +90,8 @@ def transformers_cases(family: str, device) -> list[dict]:
         print(json.dumps(row), flush=True)
 
     def fresh_tokens(prompt, cache_kw=None, n=4):
-        return model.generate(prompt, past_key_values=DeltaLogCache(model, backend="triton", merge_interval=M, **(cache_kw or {})),
-                              max_new_tokens=n, do_sample=False, disable_compile=True)
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M, **(cache_kw or {}))
+        return model.generate(prompt, past_key_values=cache, max_new_tokens=n, do_sample=False, disable_compile=True)
 
     def multi_turn():
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)

@@ -464,7 +464,8 @@ def test_a_refused_read_between_turns_leaves_the_cache_usable():
     """get_conv_state of a layer the cache does not have (or of an attention layer) between two generate calls is a
     read that changed nothing, yet it locked the cache: the valid continuation was refused with "left inconsistent by a
     call it refused part-way through a forward" until reset(). Now the read raises its ValueError and the cache goes on;
-    the same refusal part-way through a forward (layers disagree) still locks it (test_cache_of_another_model_is_rejected)."""
+    the same refusal part-way through a forward (layers disagree) still locks it
+    (test_cache_of_another_model_is_rejected)."""
     model = tiny_model("qwen3_5")
     cache = DeltaLogCache(model, backend="torch")
     out = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, do_sample=False)

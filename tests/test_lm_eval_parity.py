@@ -63,7 +63,8 @@ def test_unknown_cache_and_auto_batch_are_refused():
     (dict(merge_interval=True), TypeError, "merge_interval must be an integer"),  # was silently M = 1
     (dict(merge_interval="2.5"), TypeError, "merge_interval must be an integer"),
     (dict(merge_interval="0"), ValueError, r"merge_interval must be an integer in \[1, 1024\]"),
-    (dict(merge_interval="-1"), ValueError, r"merge_interval must be an integer in \[1, 1024\] .*; got -1"),  # was a TypeError
+    # "-1" was a TypeError
+    (dict(merge_interval="-1"), ValueError, r"merge_interval must be an integer in \[1, 1024\] .*; got -1"),
     (dict(deltalog_backend="cuda"), ValueError, "deltalog_backend must be one of"),
     # HFLM's own `backend` (the model kind): a DeltaLog backend there failed with an empty AssertionError
     (dict(backend="torch"), ValueError, "DeltaLogCache's backend is deltalog_backend=auto|torch|triton"),

@@ -179,7 +179,8 @@ def test_launch_options_are_checked(bad, match):
 
 
 def test_none_launch_options_keep_the_defaults():
-    """block_v=None / num_warps=None (documented as the defaults, as the GDN launcher takes them) failed with int(None)."""
+    """block_v=None / num_warps=None (documented as the defaults, as the GDN launcher takes them) failed with
+    int(None)."""
     B, H, K, V, M = 2, 2, 16, 8, 3
     x = list(make_inputs(B, H, K, V, torch.float32, torch.Generator().manual_seed(6))) + [torch.randn(H, K)]
     state = make_state(B, H, K, V, M, [0, M - 1], seed=7)

@@ -457,7 +457,8 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     check_launch_options(None, prepare_warps, "prepare_warps")
     G = HV // Hk
     if heads_per_program is not None and (
-        not isinstance(heads_per_program, int) or isinstance(heads_per_program, bool) or heads_per_program < 1 or G % heads_per_program
+        not isinstance(heads_per_program, int) or isinstance(heads_per_program, bool) or heads_per_program < 1
+        or G % heads_per_program
         or heads_per_program & (heads_per_program - 1)
     ):
         raise ValueError(

@@ -374,7 +374,8 @@ def fused_deltalog_kda_decode(
               block_v, num_warps, prepare_warps)
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(8 if block_v is None else block_v), int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
+            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(8 if block_v is None else block_v),
+            int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
     with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
         if use_custom_op:
             return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)

@@ -119,7 +119,8 @@ def naive_recurrent_kda(
 
 def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V):
     if Hk == 0 or HV % Hk != 0:
-        raise ValueError(f"the value heads HV={HV} (u_log) must be a positive multiple of the key heads Hk={Hk} (k_log)")
+        raise ValueError(f"the value heads HV={HV} (u_log) must be a positive multiple of the key heads Hk={Hk} "
+                         "(k_log)")
     C = k_log.shape[2] if k_log.dim() == 4 else -1
     for name, t, shape in (
         ("base", base, (B, HV, K, V)),
@@ -198,7 +199,8 @@ def naive_deltalog_kda_decode(
 
     Computes what :func:`naive_recurrent_kda` computes for ``T = 1`` from the logical state of
     :func:`naive_deltalog_kda_materialize`, without materialising it. Append rows write entry ``L`` (``k̂``, ``u``,
-    the step's own log-decay ``λ_t = g_t``), set ``ℓ̄ ← ℓ̄'`` and ``L ← L + 1``; merge rows (``L = C``) write ``S_t`` into the base, ``ℓ̄ ← 0``, ``L ← 0``.
+    the step's own log-decay ``λ_t = g_t``), set ``ℓ̄ ← ℓ̄'`` and ``L ← L + 1``; merge rows (``L = C``) write ``S_t``
+    into the base, ``ℓ̄ ← 0``, ``L ← 0``.
 
     Args:
         q, k: ``[B, 1, Hk, K]``; v: ``[B, 1, HV, V]``; g: ``[B, 1, HV, K]``; beta: ``[B, 1, HV]``.

@@ -317,8 +317,8 @@ def fused_deltalog_rwkv6_decode(
         Only the live slots (``i < length``) of the logs are state: after a merge row the stale decay slots hold that
         merge's decayed keys ``exp(ℓ̄' − Λ_i) ⊙ k_i`` (the kernels' scratch), not the entries' log-decays.
         scale: default ``K ** -0.5`` (FLA's RWKV6 layer passes 1.0).
-        block_v / num_warps: the decode kernel's value tile and warps (None: 8 and 1). prepare_warps: warps per prepare program (one
-            per row and head); None: :func:`hf_deltalog.kernels._op.default_prepare_warps`.
+        block_v / num_warps: the decode kernel's value tile and warps (None: 8 and 1). prepare_warps: warps per
+            prepare program (one per row and head); None: :func:`hf_deltalog.kernels._op.default_prepare_warps`.
         use_custom_op: dispatch through ``torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode`` (declares its
             mutations, so ``torch.compile`` traces it without a graph break); False launches the kernels directly.
 
