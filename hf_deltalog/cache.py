@@ -27,6 +27,7 @@ device, so one captured CUDA graph (:mod:`hf_deltalog.graph`) serves every step.
 from __future__ import annotations
 
 import operator
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -717,20 +718,39 @@ def _check_merge_interval(value: Any, default: int) -> int:
     return value
 
 
+# Config fields that size the attention layers' cache tensors (softmax attention and Kimi-Linear's MLA): a model that
+# differs from the cache's only there passes the linear-attention checks but fails part-way through a forward.
+_ATTENTION_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
+                     "qk_nope_head_dim", "v_head_dim", "index_head_dim", "index_n_heads", "indexer_head_dim",
+                     "indexer_n_heads", "indexer_kv_heads")
+
+
+def _attention_geometry(config: Any) -> tuple:
+    """``((field, value), ...)`` of the :data:`_ATTENTION_FIELDS` that ``config`` (a text config) has."""
+    return tuple((name, getattr(config, name)) for name in _ATTENTION_FIELDS if getattr(config, name, None) is not None)
+
+
+def _called_by_a_module() -> bool:
+    """Whether the first caller outside this file is a method of a ``torch.nn.Module`` (a model's forward calling the
+    cache), not user code reading it. Walks the Python stack: for error paths only."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame is not None and isinstance(frame.f_locals.get("self"), torch.nn.Module)
+
+
 def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
     """``beam_idx`` as a 1-D integer tensor (lists and tuples are converted) for a cache of ``rows`` rows (-1: not
     allocated yet, any length).
 
     Raises:
-        TypeError: not a 1-D integer tensor (or sequence) of row indices.
+        TypeError: not a 1-D int64 / int32 tensor (or a sequence of ints) of row indices.
         ValueError: its length is not ``rows``.
     """
     if isinstance(beam_idx, (list, tuple)):
         beam_idx = torch.tensor(beam_idx)
-    if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.is_floating_point() or \
-            beam_idx.is_complex() or beam_idx.dtype in (torch.bool, torch.uint8):
-        raise TypeError(f"beam_idx must be a 1-D tensor of row indices of a signed integer dtype (int64, int32, ...; "
-                        f"uint8 reads as a mask in torch's indexing); got {beam_idx!r}")
+    if not isinstance(beam_idx, torch.Tensor) or beam_idx.dim() != 1 or beam_idx.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"beam_idx must be a 1-D int64 or int32 tensor (or list) of row indices; got {beam_idx!r}")
     if rows != -1 and beam_idx.shape[0] != rows:
         raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
     return beam_idx
@@ -741,17 +761,17 @@ def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
     boolean mask over the ``rows`` rows (-1: not allocated yet) becomes the indices of its true entries.
 
     Raises:
-        TypeError: anything else (a float tensor, a uint8 tensor, which torch's indexing reads as a mask, a 2-D
-            tensor, a scalar).
+        TypeError: anything else (a float tensor, an integer tensor other than int64 / int32, e.g. uint8, which
+            torch's indexing reads as a mask, a 2-D tensor, a scalar).
         ValueError: a boolean mask whose length is not ``rows``.
     """
     if isinstance(indices, (list, tuple)):
         indices = torch.tensor(indices, dtype=torch.long)
-    if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or indices.is_floating_point() or \
-            indices.is_complex() or indices.dtype == torch.uint8:
-        raise TypeError(f"batch_select_indices takes a 1-D tensor (or list) of rows to keep, of a signed integer dtype "
-                        f"(int64, int32, ...), or a boolean mask over the rows (uint8 is neither: torch's indexing "
-                        f"reads it as a mask); got {indices!r}")
+    if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or \
+            indices.dtype not in (torch.int64, torch.int32, torch.bool):
+        raise TypeError(f"batch_select_indices takes a 1-D int64 or int32 tensor (or list) of rows to keep, or a "
+                        f"boolean mask over the rows (a uint8 tensor is neither: torch's indexing reads it as a mask); "
+                        f"got {indices!r}")
     if indices.dtype == torch.bool:
         if rows != -1 and indices.shape[0] != rows:
             raise ValueError(f"a boolean mask for batch_select_indices needs one entry per row ({rows}); got "
@@ -868,7 +888,7 @@ class DeltaLogCache(DynamicCache):
                                                number_of_states=layer.number_of_states, status=self._status,
                                                auto_merge_interval=merge_interval is None, static=self.static,
                                                crop_ring=crop_ring)
-        self._fingerprint = (spec.model_type, tuple(layer_types), dims)
+        self._fingerprint = (spec.model_type, tuple(layer_types), dims, _attention_geometry(config))
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that
@@ -891,9 +911,12 @@ class DeltaLogCache(DynamicCache):
 
     def _refusal(self, message: str) -> ValueError:
         """The ValueError of a call refused for naming a layer this cache does not have (or not of that kind). It
-        locks the cache until ``reset()`` only when the layers already disagree, i.e. the call came part-way through
-        a forward that had advanced earlier layers; a refused read between two calls (``get_conv_state`` of an
-        attention layer, say) changed nothing and leaves the cache usable."""
+        locks the cache until ``reset()`` when the call came from a model's forward (a module's method called the
+        cache: the earlier layers of that forward have advanced, possibly every layer of the cache, when the model
+        has more layers than the cache) or when the layers already disagree; a refused read between two calls
+        (``get_conv_state`` of an attention layer, say) changed nothing and leaves the cache usable."""
+        if _called_by_a_module():
+            return self._status.reject(message)
         try:
             self._check_consistent(int(self.get_seq_length()))
         except ValueError:
@@ -908,13 +931,15 @@ class DeltaLogCache(DynamicCache):
         text = config.get_text_config(decoder=True)
         try:
             spec = _resolve(getattr(text, "model_type", None))
-            theirs = (spec.model_type, tuple(getattr(text, "layer_types", None) or ()), spec.dims(text))
+            theirs = (spec.model_type, tuple(getattr(text, "layer_types", None) or ()), spec.dims(text),
+                      _attention_geometry(text))
         except (ValueError, AttributeError):
             theirs = (getattr(text, "model_type", None),)
         if theirs != self._fingerprint:
             raise ValueError(
                 f"this DeltaLogCache was built for a {self.model_type!r} model with layer_types "
-                f"{list(self._fingerprint[1])} and (Hk, HV, K, V) = {self._fingerprint[2]}, but generate was called "
+                f"{list(self._fingerprint[1])}, (Hk, HV, K, V) = {self._fingerprint[2]} and attention geometry "
+                f"{self._fingerprint[3]}, but generate was called "
                 f"on a {getattr(text, 'model_type', None)!r} model with another configuration; build the cache from "
                 "the model that uses it"
             )
@@ -949,7 +974,11 @@ class DeltaLogCache(DynamicCache):
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
-        self._layer(layer_idx)
+        if isinstance(self._layer(layer_idx), DeltaLogLayer):
+            raise self._status.reject(
+                f"the model treats layer {layer_idx} as an indexed attention layer, but this DeltaLogCache was built "
+                f"for a config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
+            )
         if self.static:
             self._fit_static_rows(layer_idx, "indexer_keys", "is_indexer_initialized", "indexer_cumulative_length",
                                   indexer_key_states.shape[0])

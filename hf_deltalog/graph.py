@@ -31,6 +31,7 @@ The loop is cache-agnostic: any transformers ``Cache`` whose ``is_compileable`` 
 from __future__ import annotations
 
 import inspect
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,14 +51,14 @@ def _token_ids(value: Any, name: str) -> list[int]:
     """An ``eos_token_id`` as generate takes it (an int, a list of ints, a tensor of them, or None) as a list."""
     if isinstance(value, torch.Tensor):
         value = value.tolist()
-    values = [] if value is None else [value] if isinstance(value, int) else value
+    values = [] if value is None else [value] if isinstance(value, numbers.Integral) else value
     try:
         values = list(values)
     except TypeError:
         values = [values]
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+    if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in values):
         raise TypeError(f"{name} must be an int, a list of ints or a tensor of them; got {value!r}")
-    return values
+    return [int(v) for v in values]
 
 
 def max_cache_len_of(cache: Any) -> int:
@@ -143,8 +144,9 @@ class GraphDecoder:
         if pad_token_id is not None:
             if isinstance(pad_token_id, torch.Tensor) and pad_token_id.numel() == 1:
                 pad_token_id = pad_token_id.item()
-            if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int):
+            if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, numbers.Integral):
                 raise TypeError(f"pad_token_id must be an int (or None without eos_token_id); got {pad_token_id!r}")
+            pad_token_id = int(pad_token_id)
         self.eos = torch.tensor(eos, dtype=torch.long, device=device) if eos else None
         self.pad_token_id = pad_token_id
         self.graph: torch.cuda.CUDAGraph | None = None

@@ -104,7 +104,8 @@ class CachedHFLM(HFLM):
         if isinstance(merge_interval, str):  # lm-eval's model_args arrive as strings ("8")
             text = merge_interval.strip()
             signed = text[1:] if text[:1] in "+-" else text
-            merge_interval = None if text in ("", "None") else int(text) if signed.isdigit() else text
+            merge_interval = None if text in ("", "None") else int(text) if signed.isascii() and signed.isdigit() \
+                else text
         # checked here, before any request, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
         self.merge_interval = _check_merge_interval(merge_interval, None)
         if deltalog_backend == "triton" and self.model.device.type != "cuda" and not interpreting():

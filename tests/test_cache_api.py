@@ -536,7 +536,8 @@ def test_reorder_cache_keeps_the_generate_check_in_step():
 
 @pytest.mark.parametrize("bad, error", [([0.5, 1.0], TypeError), (torch.tensor([[0, 1]]), TypeError),
                                         (torch.tensor([True, False]), TypeError), (torch.tensor([0]), ValueError),
-                                        (torch.tensor([1, 0], dtype=torch.uint8), TypeError)])
+                                        (torch.tensor([1, 0], dtype=torch.uint8), TypeError),
+                                        (torch.tensor([1, 0], dtype=torch.int8), TypeError)])
 def test_reorder_cache_rejects_bad_indices(bad, error):
     """uint8 indices failed with index_select's RuntimeError (torch reads uint8 as a mask): now the TypeError."""
     model = tiny_model("qwen3_5")
@@ -594,12 +595,14 @@ def test_batch_select_indices_takes_lists_and_masks_and_refuses_floats():
     cache = DeltaLogCache(model, merge_interval=4)
     decode(model, cache, forward(model, prompt_ids(3, 5), cache), 2)
     S = cache.materialize(0)
-    with pytest.raises(TypeError, match="1-D tensor .* of rows to keep, of a signed integer dtype"):
+    with pytest.raises(TypeError, match="1-D int64 or int32 tensor .* of rows to keep"):
         cache.batch_select_indices(torch.tensor([0.0, 2.0]))
     assert cache.batch_size == 3 and torch.equal(cache.materialize(0), S)
     # uint8 was read as a mask by torch's indexing: [1, 0] kept row 0 only (integer indices keep rows 1 and 0)
-    with pytest.raises(TypeError, match="uint8 is neither"):
+    with pytest.raises(TypeError, match="uint8 tensor is neither"):
         cache.batch_select_indices(torch.tensor([1, 0, 2], dtype=torch.uint8))
+    with pytest.raises(TypeError, match="int64 or int32"):  # int16 failed inside torch's indexing
+        cache.batch_select_indices(torch.tensor([1, 0], dtype=torch.int16))
     assert cache.batch_size == 3 and torch.equal(cache.materialize(0), S)
     with pytest.raises(ValueError, match=r"one entry per row \(3\); got 2"):
         cache.batch_select_indices(torch.tensor([True, False]))
@@ -1039,3 +1042,68 @@ def test_deltalog_layer_checks_its_arguments():
                               (dict(dims=(2, 4, 8)), ValueError, "dims must be")):
         with pytest.raises(error, match=match):
             DeltaLogLayer(**{**good, **bad})
+
+
+def _model_of(config, seed):
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_a_model_with_more_layers_refused_past_the_last_layer_locks_the_cache(static):
+    """A manual forward of a model with more layers than the cache advanced every cache layer (consistently) before
+    it was refused at layer 2; after the change that stopped refused reads from locking the cache, that refusal did
+    not lock it either, and the right model then decoded silently from the foreign tokens (logits 0.06-0.21 off;
+    found by the thirteenth review). A refusal called from a model's forward locks the cache again."""
+    short = ["linear_attention", "full_attention"]
+    right = _model_of(family_config("qwen3_5", num_hidden_layers=2, layer_types=short), 0)
+    longer = _model_of(family_config("qwen3_5", num_hidden_layers=4, layer_types=short * 2), 1)
+    ids = prompt_ids(2, 5)
+    kw = dict(static=True, max_cache_len=32) if static else {}
+    cache = DeltaLogCache(right, backend="torch", merge_interval=3, **kw)
+    out = right.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    with pytest.raises(ValueError, match="layer 2 does not exist"):
+        forward(longer, out[:, -1:], cache)
+    follow = torch.cat([out, prompt_ids(2, 2, seed=9)], 1)
+    with pytest.raises(ValueError, match="left inconsistent by a call it refused part-way.*cache.reset"):
+        right.generate(follow, cache=cache, max_new_tokens=2, do_sample=False)
+    with pytest.raises(ValueError, match="left inconsistent"):
+        forward(right, out[:, -1:], cache)
+    cache.reset()
+    fresh = DeltaLogCache(right, backend="torch", merge_interval=3, **kw)
+    assert torch.equal(right.generate(follow, cache=cache, max_new_tokens=2, do_sample=False),
+                       right.generate(follow, cache=fresh, max_new_tokens=2, do_sample=False))
+
+
+def test_update_indexer_on_a_linear_layer_is_refused_and_locks():
+    """update_indexer checked only that the layer existed: a model whose layer 2 is an indexed attention layer, on a
+    cache whose layer 2 is linear attention, failed in transformers after layers 0-1 had advanced, and the cache was
+    not locked (static mode then decoded 0.024 off; found by the thirteenth review)."""
+    cache_layers = ["linear_attention", "indexed_attention"] * 2
+    right = _model_of(family_config("qwen4_exp", layer_types=cache_layers), 0)
+    other = _model_of(family_config("qwen4_exp", layer_types=["linear_attention", "indexed_attention",
+                                                              "indexed_attention", "linear_attention"]), 0)
+    cache = DeltaLogCache(right, backend="torch", merge_interval=3)
+    nxt = forward(right, prompt_ids(2, 5), cache)[:, -1:].argmax(-1)
+    with pytest.raises(ValueError, match="treats layer 2 as an indexed attention layer"):
+        forward(other, nxt, cache)
+    with pytest.raises(ValueError, match="left inconsistent"):
+        forward(right, nxt, cache)
+
+
+def test_generate_refuses_a_model_with_other_attention_heads():
+    """The configuration check compared the model type, layer kinds and linear-attention dims only: a model with other
+    attention heads passed it and failed part-way through the forward with torch's RuntimeError, layer 0 advanced
+    (found by the thirteenth review). Now generate refuses it before anything changes."""
+    model = tiny_model("qwen3_5")
+    other = _model_of(family_config("qwen3_5", num_key_value_heads=4), 1)
+    cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+    out = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, do_sample=False)
+    state, held = cache.materialize(0), int(cache.get_seq_length())
+    follow = torch.cat([out, prompt_ids(2, 2, seed=9)], 1)
+    with pytest.raises(ValueError, match="attention geometry .*num_key_value_heads.*another configuration"):
+        other.generate(follow, cache=cache, max_new_tokens=2, do_sample=False)
+    assert torch.equal(cache.materialize(0), state) and int(cache.get_seq_length()) == held
+    assert torch.equal(model.generate(follow, cache=cache, max_new_tokens=2, do_sample=False),
+                       model.generate(follow, cache=DeltaLogCache(model, backend="torch", merge_interval=3),
+                                      max_new_tokens=2, do_sample=False))

@@ -7,6 +7,8 @@ cache, for DeltaLogCache and transformers' own StaticCache alike (the loop is ca
 """
 
 import copy
+
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -370,6 +372,7 @@ def test_eos_token_id_as_a_tensor_is_accepted():
     for bad in (True, "x", 1.0):
         with pytest.raises(TypeError, match="pad_token_id must be an int"):
             GraphDecoder(model, make_cache("deltalog", model, 32), capture=False, eos_token_id=3, pad_token_id=bad)
-    out = graph_generate(model, ids, cache=make_cache("deltalog", model, 32), max_new_tokens=6, capture=False,
-                         eos_token_id=3, pad_token_id=torch.tensor(0)).sequences
-    assert torch.equal(out, ref)
+    for pad, eos in ((torch.tensor(0), 3), (np.int64(0), np.int64(3))):  # numpy ints, as generate takes them
+        out = graph_generate(model, ids, cache=make_cache("deltalog", model, 32), max_new_tokens=6, capture=False,
+                             eos_token_id=eos, pad_token_id=pad).sequences
+        assert torch.equal(out, ref)

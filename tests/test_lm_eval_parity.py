@@ -62,6 +62,7 @@ def test_unknown_cache_and_auto_batch_are_refused():
     (dict(merge_interval=2.7), TypeError, "merge_interval must be an integer"),  # was silently M = 2
     (dict(merge_interval=True), TypeError, "merge_interval must be an integer"),  # was silently M = 1
     (dict(merge_interval="2.5"), TypeError, "merge_interval must be an integer"),
+    (dict(merge_interval="\u00b2"), TypeError, "merge_interval must be an integer"),  # "²".isdigit(): int() failed
     (dict(merge_interval="0"), ValueError, r"merge_interval must be an integer in \[1, 1024\]"),
     # "-1" was a TypeError
     (dict(merge_interval="-1"), ValueError, r"merge_interval must be an integer in \[1, 1024\] .*; got -1"),
