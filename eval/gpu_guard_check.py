@@ -55,6 +55,23 @@ def _expect(exc_type, match: str, fn):
     return f"no {exc_type.__name__}"
 
 
+def _run_case(rows: list, family: str, name: str, fn) -> None:
+    """Run case ``fn`` (returns a dict with ``ok``); a case that raises is a failed row, and the others still run."""
+    try:
+        row = dict(family=family, case=name, **fn())
+    except BaseException as e:  # noqa: BLE001 - reported in the row
+        row = dict(family=family, case=name, ok=False, error=f"{type(e).__name__}: {e}",
+                   where=traceback.format_exc(limit=-3))
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def _stop_row(first, refused, same) -> dict:
+    """A stop case's row: the stop raised (``first`` None), the next generate was refused (``refused`` None), and
+    after ``reset()`` the tokens equal a fresh cache's (``same``)."""
+    return dict(ok=first is None and refused is None and same, stop=first, refusal=refused, identical_after_reset=same)
+
+
 def _ids(batch, length, vocab, device, seed):
     import torch
 
@@ -81,13 +98,7 @@ def transformers_cases(family: str, device) -> list[dict]:
     rows = []
 
     def case(name, fn):
-        try:
-            row = dict(family=family, case=name, **fn())
-        except BaseException as e:  # noqa: BLE001 - a failing case is a row, the others still run
-            row = dict(family=family, case=name, ok=False, error=f"{type(e).__name__}: {e}",
-                       where=traceback.format_exc(limit=-3))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        _run_case(rows, family, name, fn)
 
     def fresh_tokens(prompt, cache_kw=None, n=4):
         cache = DeltaLogCache(model, backend="triton", merge_interval=M, **(cache_kw or {}))
@@ -134,8 +145,7 @@ def transformers_cases(family: str, device) -> list[dict]:
                               lambda: model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False))
         handle.remove()
         same = after_reset(cache, ids)
-        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
-                    identical_after_reset=same)
+        return _stop_row(first, refused, same)
 
     def stopped_decode_step():
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)
@@ -157,8 +167,7 @@ def transformers_cases(family: str, device) -> list[dict]:
             refused = _expect(ValueError, "cache.reset()",
                               lambda: model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False))
         same = after_reset(cache, ids)
-        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
-                    identical_after_reset=same)
+        return _stop_row(first, refused, same)
 
     def static_stop_between_layers():
         kw = dict(static=True, max_cache_len=64)
@@ -185,8 +194,7 @@ def transformers_cases(family: str, device) -> list[dict]:
                 past_key_values=cache, max_new_tokens=2, do_sample=False, disable_compile=True))
         handle.remove()
         same = after_reset(cache, turn2, kw)
-        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
-                    identical_after_reset=same)
+        return _stop_row(first, refused, same)
 
     def backward_raises():
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)
@@ -225,13 +233,7 @@ def fla_cases(family: str, device) -> list[dict]:
     rows = []
 
     def case(name, fn):
-        try:
-            row = dict(family=f"fla_{family}", case=name, **fn())
-        except BaseException as e:  # noqa: BLE001
-            row = dict(family=f"fla_{family}", case=name, ok=False, error=f"{type(e).__name__}: {e}",
-                       where=traceback.format_exc(limit=-3))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        _run_case(rows, f"fla_{family}", name, fn)
 
     def reference(prompt, n, **kw):
         cache = Cache()
@@ -276,8 +278,7 @@ def fla_cases(family: str, device) -> list[dict]:
         refused = _expect(ValueError, "cache.reset()", lambda: ours(ids, cache, 3, do_sample=False))
         handle.remove()
         same = matches_reference_after_reset(cache)
-        return dict(ok=first is None and refused is None and same, stop=first, refusal=refused,
-                    identical_after_reset=same)
+        return _stop_row(first, refused, same)
 
     def stopped_decode_step():
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)
@@ -296,8 +297,8 @@ def fla_cases(family: str, device) -> list[dict]:
         cache.update = store
         refused = _expect(ValueError, "cache.reset()", lambda: ours(ids, cache, 3, do_sample=False))
         same = matches_reference_after_reset(cache)
-        return dict(ok=first is None and refused is None and same and calls["n"] == 3, stop=first, refusal=refused,
-                    identical_after_reset=same)
+        row = _stop_row(first, refused, same)
+        return dict(row, ok=row["ok"] and calls["n"] == 3)
 
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
