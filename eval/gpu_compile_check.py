@@ -12,7 +12,7 @@ On an H200 (torch 2.11, Triton 3.6; eval/results/h200/round18/) every state buff
 differed by rounding-sized amounts (BENCHMARKS.md, "torch.compile on the GPU").
 
     python eval/gpu_compile_check.py [--steps 6] [--out eval/results/gpu_compile_check.json]
-    TRITON_INTERPRET=1 python eval/gpu_compile_check.py --cpu-smoke   # tiny heads on the CPU, opaque op, aot_eager
+    python eval/gpu_compile_check.py --cpu-smoke   # tiny heads on the CPU (TRITON_INTERPRET=1 set), opaque op, aot_eager
 
 Exit status 1 when a state buffer differs or a step fails; with ``--strict`` also when an output differs (on the
 H200 they did, by rounding-sized amounts; on the CPU they do not).
@@ -135,6 +135,10 @@ def main() -> int:
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny heads on the CPU under TRITON_INTERPRET=1 (opaque op, aot_eager backend)")
     args = p.parse_args()
+    if args.cpu_smoke:
+        import os
+
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (hf_deltalog imports it lazily here)
     if not args.cpu_smoke and not torch.cuda.is_available():
         print("needs a CUDA GPU (or --cpu-smoke with TRITON_INTERPRET=1)", file=sys.stderr)
         return 2

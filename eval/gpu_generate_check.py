@@ -12,7 +12,7 @@ path), and the wall time of both generate calls.
     python eval/gpu_generate_check.py --cpu-smoke    # tiny shapes on the CPU, our kernels under the Triton interpreter
 
 ``--runs`` lists ``B`` (the default merge interval: the cache's policy) or ``B:M`` (``merge_interval=M``); default
-``BATCH 64 64:2 64:16``. A line is printed (flushed) before each generate call, so a slow step shows where it is; on
+``BATCH 64 64:2 64:16`` (``--cpu-smoke``: ``2 3:2``). A line is printed (flushed) before each generate call, so a slow step shows where it is; on
 SIGTERM (``timeout``) every thread's Python stack is dumped to stderr.
 """
 
@@ -121,12 +121,16 @@ def main(argv=None) -> list[dict]:
                    help="tiny shapes on the CPU, DeltaLogCache's Triton backend under the interpreter")
     a = p.parse_args(argv)
     try:
-        a.runs = parse_runs(a.runs, [(a.batch, None), (64, None), (64, 2), (64, 16)])
+        smoke_runs = [(2, None), (3, 2)]
+        a.runs = parse_runs(a.runs, smoke_runs if a.cpu_smoke else [(a.batch, None), (64, None), (64, 2), (64, 16)])
     except ValueError as err:
         p.error(str(err))
     a.new_tokens = a.new_tokens or (4 if a.cpu_smoke else 64)
     if a.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog imports it)
+        # transformers' GDN / KDA layers take their PyTorch paths: with flash-linear-attention installed transformers
+        # binds them to FLA's chunked kernels, which the interpreter cannot run (tests/conftest.py does the same)
+        sys.modules.setdefault("fla", None)
     import torch
     import transformers
 

@@ -474,6 +474,9 @@ def main(argv=None):
     a = parse(argv)
     if a.cpu_smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (hf_deltalog may import it)
+        # transformers' GDN / KDA layers take their PyTorch paths: with flash-linear-attention installed transformers
+        # binds them to FLA's kernels, which fail on a CPU ("0 active drivers"; tests/conftest.py does the same)
+        sys.modules.setdefault("fla", None)
     import torch
     import transformers
 
@@ -612,6 +615,8 @@ def main(argv=None):
     results.data["meta"]["wall_s"] = round(time.perf_counter() - t_start, 1)
     results.write()
     print(f"wrote {a.out / 'tpot.json'} and tpot.csv ({time.perf_counter() - t_start:.0f}s)")
+    if results.data["skipped"] and not results.data["runs"]:
+        sys.exit(f"every run failed ({len(results.data['skipped'])}; the reasons are in {a.out / 'tpot.json'})")
     return results.data
 
 

@@ -10,8 +10,10 @@ imported in the same process. This entry imports it, then hands the arguments to
 On a CPU without ``TRITON_INTERPRET=1`` it first hides flash-linear-attention from transformers for a transformers
 checkpoint (:func:`hf_deltalog.interpreter.hide_fla_on_cpu`: FLA's kernels need a GPU), as ``eval/lm_eval_parity.py``
 does. For flash-linear-attention's own checkpoints (RWKV6, ...) it imports ``fla`` so that their model types load;
-on a CPU those need ``TRITON_INTERPRET=1``. ``eval/lm_eval_parity.py`` runs both caches side by side and compares
-them; this entry runs one lm-eval evaluation.
+on a CPU those need ``TRITON_INTERPRET=1`` (FLA's kernels then run interpreted, with each autotuner cut to one
+config: slow, about a minute per multiple-choice document of the bundled RWKV6 checkpoint); without it the entry
+exits with a message. ``eval/lm_eval_parity.py`` runs both caches side by side and compares them (on a CPU it swaps in
+FLA's PyTorch references, which is much faster); this entry runs one lm-eval evaluation.
 """
 
 from __future__ import annotations
@@ -59,14 +61,21 @@ def main(argv: list[str] | None = None) -> None:
     registered. Exits as lm-eval's CLI does."""
     import torch
 
-    from hf_deltalog.interpreter import hide_fla_on_cpu
+    from hf_deltalog.interpreter import collapse_autotuners, hide_fla_on_cpu, interpreting
 
     argv = list(sys.argv[1:] if argv is None else argv)
     device = _option(argv, "--device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    if is_fla_checkpoint(_pretrained(_option(argv, "--model_args"))):
+    pretrained = _pretrained(_option(argv, "--model_args"))
+    if is_fla_checkpoint(pretrained):
+        if torch.device(device).type == "cpu" and not interpreting():
+            raise SystemExit(
+                f"{pretrained} is a flash-linear-attention checkpoint: its Triton kernels need a GPU. On a CPU set "
+                "TRITON_INTERPRET=1 (slow), or compare both caches with eval/lm_eval_parity.py, which runs FLA's "
+                "PyTorch references there")
         import fla  # noqa: F401 - registers FLA's model types with transformers' Auto classes
     else:
         hide_fla_on_cpu(device)
+    collapse_autotuners()  # only under TRITON_INTERPRET=1, where autotuners cannot time their configs
 
     import hf_deltalog.harness  # noqa: F401 - registers the model "hf-cached" with lm-eval
     from lm_eval.__main__ import cli_evaluate

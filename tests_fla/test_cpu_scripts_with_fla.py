@@ -56,3 +56,35 @@ def test_parity_script_runs_transformers_and_fla_checkpoints_with_fla_installed(
     both = run_without_interpreter("eval/lm_eval_parity.py", "--pretrained", str(CHECKPOINTS / "gdn-shakespeare"),
                                    str(CHECKPOINTS / "rwkv6-shakespeare"), "--limit", "2", "--device", "cpu")
     assert both.returncode != 0 and "in separate calls" in both.stderr, both.stderr[-2000:]
+
+
+def test_lm_eval_cli_on_an_fla_checkpoint(tmp_path):
+    """python -m hf_deltalog.lm_eval_cli on the RWKV6 checkpoint failed on a CPU with triton's "0 active drivers",
+    with TRITON_INTERPRET=1 too (FLA's autotuners were not cut to one config; found by the fourteenth review). Without
+    the interpreter it now exits naming what to do; under it the evaluation runs."""
+    args = ["-m", "hf_deltalog.lm_eval_cli", "--model", "hf-cached", "--model_args",
+            f"pretrained={CHECKPOINTS / 'rwkv6-shakespeare'},cache=deltalog,deltalog_backend=torch",
+            "--tasks", "shakespeare_next_line_mc", "--include_path", str(ROOT / "eval" / "tasks"), "--device", "cpu",
+            "--batch_size", "1", "--limit", "1", "--output_path", str(tmp_path / "out")]
+    plain = run_without_interpreter(*args)
+    assert plain.returncode != 0 and "set TRITON_INTERPRET=1" in plain.stderr, plain.stderr[-2000:]
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    run = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "shakespeare_next_line_mc" in run.stdout, run.stdout[-2000:]
+
+
+@pytest.mark.parametrize("script, args", [
+    ("eval/gpu_generate_check.py", ["--cpu-smoke", "--dtypes", "float32", "--runs", "2", "2:2", "--new-tokens", "2"]),
+    ("eval/tpot.py", ["--cpu-smoke"]),
+])
+def test_cpu_smoke_modes_with_fla_installed(script, args, tmp_path):
+    """These --cpu-smoke modes set TRITON_INTERPRET=1 themselves, where hide_fla_on_cpu changes nothing, so with FLA
+    installed transformers' layers ran FLA's kernels: gpu_generate_check failed inside FLA's chunked kernel and tpot
+    recorded an error for every run and still exited 0 (found by the fourteenth review). They now hide FLA."""
+    extra = ["--out", str(tmp_path / "out")] if script.endswith("tpot.py") else []
+    run = run_without_interpreter(script, *args, *extra)
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
+    if script.endswith("tpot.py"):
+        report = json.loads((tmp_path / "out" / "tpot.json").read_text())
+        assert report["runs"] and not report["skipped"], report["skipped"][:1]
