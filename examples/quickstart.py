@@ -4,14 +4,17 @@ Loads the bundled trained checkpoint `eval/checkpoints/gdn-shakespeare` (a Qwen3
 hybrid: 3 GDN layers with 2 key heads for 4 value heads, K = V = 128, and 1 attention layer; trained on the
 tiny-shakespeare training split by `eval/train_tiny.py`; nothing is downloaded) with its byte-level BPE tokenizer.
 Generates greedily for a batch of real prompts with both caches and prints the texts, the token agreement and the
-decode time per output token of each.
+decode time per output token of each (median and range of ``--repeats`` timed runs: on a shared CPU a single run can
+be off by an order of magnitude). It runs transformers checkpoints (flash-linear-attention's, e.g. the bundled RWKV6
+one, are compared by ``eval/lm_eval_parity.py`` and ``eval/gpu_generate_check_fla.py``).
 
-    python examples/quickstart.py [--model DIR] [--new-tokens 48] [--merge-interval 8] [--device cpu]
+    python examples/quickstart.py [--model DIR] [--new-tokens 48] [--merge-interval 8] [--device cpu] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -22,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.interpreter import hide_fla_on_cpu
+from hf_deltalog.lm_eval_cli import is_fla_checkpoint
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "eval" / "checkpoints" / "gdn-shakespeare"
 PROMPTS = [
@@ -32,21 +36,28 @@ PROMPTS = [
 ]
 
 
-def timed_generate(model, inputs, cache, new_tokens: int):
-    """Greedy generate; returns (sequences, ms per output token of the decode phase, prefill excluded).
+def timed_generate(model, inputs, cache, new_tokens: int, repeats: int):
+    """Greedy generate; returns (sequences, [ms per output token of the decode phase, prefill excluded] per repeat).
 
     The decode time is (time of a full generate − time of a one-token generate) / (new_tokens − 1), both after an
     untimed warm-up call, so that one-time setup (lazy initialisation on the first call) is charged to neither."""
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    times = []
     with torch.no_grad():
         model.generate(**inputs, cache=cache() if cache else None, max_new_tokens=2, do_sample=False)  # warm-up
-        t0 = time.perf_counter()
-        model.generate(**inputs, cache=cache() if cache else None, max_new_tokens=1, do_sample=False)
-        prefill = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        out = model.generate(**inputs, cache=cache() if cache else None, **kw)
-        total = time.perf_counter() - t0
-    return out, 1e3 * (total - prefill) / (new_tokens - 1)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model.generate(**inputs, cache=cache() if cache else None, max_new_tokens=1, do_sample=False)
+            prefill = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            out = model.generate(**inputs, cache=cache() if cache else None, **kw)
+            total = time.perf_counter() - t0
+            times.append(1e3 * (total - prefill) / (new_tokens - 1))
+    return out, times
+
+
+def _summary(times: list[float]) -> str:
+    return f"{statistics.median(times):.2f} ({min(times):.2f}–{max(times):.2f})"
 
 
 def main() -> None:
@@ -55,7 +66,14 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: 8 for GDN)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per cache (the median is printed)")
     args = parser.parse_args()
+    if args.new_tokens < 2 or args.repeats < 1:
+        parser.error("--new-tokens must be at least 2 (the decode time is per token after the first) and --repeats "
+                     "at least 1")
+    if is_fla_checkpoint(str(args.model)):
+        parser.error(f"{args.model} is a flash-linear-attention checkpoint; the quickstart runs transformers "
+                     "checkpoints (compare FLA's with eval/lm_eval_parity.py or eval/gpu_generate_check_fla.py)")
     hide_fla_on_cpu(args.device)  # with the `fla` extra on a CPU: transformers' PyTorch paths (hf_deltalog.interpreter)
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.logging.set_verbosity_error()
@@ -67,14 +85,14 @@ def main() -> None:
     inputs = tokenizer(PROMPTS, return_tensors="pt", padding=True).to(args.device)
     width = inputs["input_ids"].shape[1]
 
-    dense, dense_ms = timed_generate(model, inputs, None, args.new_tokens)
+    dense, dense_ms = timed_generate(model, inputs, None, args.new_tokens, args.repeats)
     caches = []  # the DeltaLogCaches made, to report the merge interval each layer decoded with
 
     def new_cache() -> DeltaLogCache:
         caches.append(DeltaLogCache(model, merge_interval=args.merge_interval))
         return caches[-1]
 
-    ours, ours_ms = timed_generate(model, inputs, new_cache, args.new_tokens)
+    ours, ours_ms = timed_generate(model, inputs, new_cache, args.new_tokens, args.repeats)
 
     same = (dense[:, width:] == ours[:, width:]).float().mean().item()
     for i, prompt in enumerate(PROMPTS):
@@ -84,11 +102,14 @@ def main() -> None:
     # The merge interval each linear-attention layer ran with: the cache's policy may decode a small state densely
     # (M = 1; on a GPU through FLA's dense kernel), so the requested M alone does not say what ran.
     ms = sorted({layer.merge_interval for layer in caches[-1].deltalog_layers})
-    ran = ", ".join(f"M = {m}" + (" (dense: the policy's choice for this small state)" if m == 1 else "") for m in ms)
+    policy = args.merge_interval is None
+    ran = ", ".join(f"M = {m}" + (" (dense: the policy's choice for this small state)" if m == 1 and policy else "")
+                    for m in ms)
     print(f"\nmodel: {args.model.name} ({model.config.model_type}, {n_params / 1e6:.1f} M params, fp32), "
           f"batch {len(PROMPTS)}, {args.new_tokens} new tokens, device {args.device}, DeltaLog layers ran {ran}")
     print(f"token agreement: {100 * same:.1f}% ({'identical' if same == 1.0 else 'DIFFERENT'})")
-    print(f"decode ms per output token: default cache {dense_ms:.2f}, DeltaLogCache {ours_ms:.2f}")
+    print(f"decode ms per output token, median (range) of {args.repeats} runs: default cache {_summary(dense_ms)}, "
+          f"DeltaLogCache {_summary(ours_ms)}")
     if same != 1.0:
         raise SystemExit("the two caches produced different tokens")
 

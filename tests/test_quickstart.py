@@ -26,6 +26,18 @@ def test_quickstart_runs_and_reports_positive_decode_times():
     assert "token agreement: 100.0% (identical)" in out, out
     # what the layers ran, read from the cache after generate (on the CPU the PyTorch backend logs at M = 8)
     assert "DeltaLog layers ran M = 8\n" in out, out
-    times = re.search(r"decode ms per output token: default cache (\S+), DeltaLogCache (\S+)", out)
+    times = re.search(r"decode ms per output token, median \(range\) of 3 runs: default cache (\S+) \(\S+\), "
+                      r"DeltaLogCache (\S+) \(\S+\)", out)
     assert times is not None, out
     assert all(float(t) > 0 for t in times.groups()), times.group(0)
+
+
+def test_quickstart_refuses_bad_options_and_fla_checkpoints():
+    """--new-tokens 1 divided by zero; an FLA checkpoint failed in transformers' Auto classes (found by the fourteenth
+    review). Both now exit with argparse's message."""
+    ckpt = SCRIPT.parents[1] / "eval" / "checkpoints" / "rwkv6-shakespeare"
+    for args, message in ((["--new-tokens", "1"], "--new-tokens must be at least 2"),
+                          (["--model", str(ckpt)], "is a flash-linear-attention checkpoint")):
+        run = subprocess.run(python_script_command(SCRIPT, *args, "--device", "cpu"), capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
