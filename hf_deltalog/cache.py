@@ -804,7 +804,7 @@ class DeltaLogCache(DynamicCache):
             no host state and reads no device value on the host; ``is_compileable`` is True. Decode it with
             :func:`hf_deltalog.graph.graph_generate` (a captured CUDA graph). Needs a config with attention layers
             (every supported family has them).
-        max_cache_len: attention slots per row in static mode (prompt + new tokens); required there, unused otherwise.
+        max_cache_len: attention slots per row in static mode (prompt + new tokens); required there, refused otherwise.
         crop_ring: keep the pre-conv columns of the steps in the log, so that ``crop`` can rebuild the conv window
             without transformers' past recording (default off). It costs about the log's memory again: 5-9 % of the
             fp32 state for Qwen3.5's and Kimi-Linear's layers in bf16 at M = 4-8 (``memory_breakdown()``). Without it,
@@ -813,7 +813,8 @@ class DeltaLogCache(DynamicCache):
     Raises:
         TypeError: not a model/config, or a non-integer ``merge_interval``.
         ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend,
-            static mode without a positive ``max_cache_len`` or on a config without attention layers, ``static``,
+            static mode without a positive ``max_cache_len`` or on a config without attention layers, ``max_cache_len``
+            without static mode, ``static``,
             ``max_cache_len`` or ``crop_ring`` for an FLA model.
     """
 
@@ -871,6 +872,9 @@ class DeltaLogCache(DynamicCache):
             if all(kind == "linear_attention" for kind in layer_types):
                 raise ValueError("static=True needs a config with attention layers (their static KV cache sets the "
                                  "positions); this config has only linear-attention layers")
+        elif max_cache_len is not None:
+            raise ValueError(f"max_cache_len={max_cache_len!r} sizes the attention slots of static mode; pass "
+                             "static=True with it (a dynamic DeltaLogCache grows as generate needs)")
         self.max_cache_len = max_cache_len if self.static else None
         super().__init__(config=config)
         if self.static:
@@ -1228,7 +1232,7 @@ class DeltaLogCache(DynamicCache):
         need = (held + T if only_new else T) + int(max_new_tokens) - 1
         if need > self.max_cache_len:
             raise ValueError(
-                f"this static DeltaLogCache holds {self.max_cache_len} tokens per row (max_cache_len), but this "
+                f"this static DeltaLogCache has room for {self.max_cache_len} tokens per row (max_cache_len), but this "
                 f"generate call feeds it up to {need} (a prompt of {need - int(max_new_tokens) + 1} and "
                 f"max_new_tokens={max_new_tokens}, the last one never fed); build it with a larger max_cache_len"
             )

@@ -182,7 +182,7 @@ def test_static_generate_refuses_more_tokens_than_max_cache_len():
     model = tiny_model("qwen3_5")
     ids, kw = prompt_ids(2, 6, seed=3), dict(do_sample=False, eos_token_id=None)
     cache = DeltaLogCache(model, static=True, max_cache_len=6 + 3)
-    with pytest.raises(ValueError, match=r"holds 9 tokens per row \(max_cache_len\), but this generate call feeds it "
+    with pytest.raises(ValueError, match=r"has room for 9 tokens per row \(max_cache_len\), but this generate call feeds it "
                                          r"up to 13 \(a prompt of 6 and max_new_tokens=8"):
         model.generate(ids, cache=cache, max_new_tokens=8, **kw)
     assert int(cache.get_seq_length()) == 0
@@ -203,7 +203,7 @@ def test_static_generate_bounded_by_max_length_is_checked_too(length_kw):
     model.generation_config.max_length = 20  # transformers' default, whatever the tiny config says
     ids, kw = prompt_ids(2, 6, seed=3), dict(do_sample=False, eos_token_id=None)
     small = DeltaLogCache(model, static=True, max_cache_len=12)
-    with pytest.raises(ValueError, match=r"holds 12 tokens per row \(max_cache_len\), but this generate call feeds it "
+    with pytest.raises(ValueError, match=r"has room for 12 tokens per row \(max_cache_len\), but this generate call feeds it "
                                          r"up to 19"):
         model.generate(ids, cache=small, **length_kw, **kw)
     assert int(small.get_seq_length()) == 0
@@ -222,7 +222,7 @@ def test_static_generate_with_no_length_at_all_is_checked():
     model.generation_config.max_length = None
     ids, kw = prompt_ids(1, 10, seed=3), dict(do_sample=False, eos_token_id=None)
     small = DeltaLogCache(model, static=True, max_cache_len=25)
-    with pytest.raises(ValueError, match=r"holds 25 tokens per row \(max_cache_len\), but this generate call feeds it "
+    with pytest.raises(ValueError, match=r"has room for 25 tokens per row \(max_cache_len\), but this generate call feeds it "
                                          r"up to 29"):
         model.generate(ids, cache=small, **kw)
     fits = DeltaLogCache(model, static=True, max_cache_len=29)
@@ -1107,3 +1107,9 @@ def test_generate_refuses_a_model_with_other_attention_heads():
     assert torch.equal(model.generate(follow, cache=cache, max_new_tokens=2, do_sample=False),
                        model.generate(follow, cache=DeltaLogCache(model, backend="torch", merge_interval=3),
                                       max_new_tokens=2, do_sample=False))
+
+
+def test_max_cache_len_without_static_mode_is_refused():
+    """max_cache_len without static=True was silently ignored (found by the fourteenth review)."""
+    with pytest.raises(ValueError, match="max_cache_len=64 sizes the attention slots of static mode; pass static=True"):
+        DeltaLogCache(tiny_model("qwen3_5"), max_cache_len=64)
