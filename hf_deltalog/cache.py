@@ -38,7 +38,7 @@ from transformers.cache_utils import CacheLayerMixin, DynamicCache, LinearAttent
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
-from hf_deltalog.patches.registry import FamilySpec, _resolve, patch
+from hf_deltalog.patches.registry import FamilySpec, _resolve, patch, runs_fla_kernels
 
 __all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
 
@@ -946,6 +946,15 @@ class DeltaLogCache(DynamicCache):
                 f"{self._fingerprint[3]}, but generate was called "
                 f"on a {getattr(text, 'model_type', None)!r} model with another configuration; build the cache from "
                 "the model that uses it"
+            )
+        param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        if param is not None and param.device.type == "cpu" and not interpreting() and runs_fla_kernels(self.model_type):
+            raise ValueError(
+                "this model runs on the CPU, but transformers bound its linear-attention layers to flash-linear-"
+                "attention's Triton kernels (FLA is installed), which need a GPU and fail here ('0 active drivers'), "
+                "with any cache. Call hf_deltalog.interpreter.hide_fla_on_cpu('cpu') before transformers imports the "
+                "model's modeling module (i.e. before loading the model) to use transformers' PyTorch paths, or "
+                "uninstall flash-linear-attention, or run on a GPU"
             )
         # The conv window's width is not in the fingerprint: a model whose short convolutions are wider or narrower
         # than the ones that filled this cache would decode from a window of the wrong width without any error.

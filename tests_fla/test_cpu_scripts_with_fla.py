@@ -88,3 +88,40 @@ def test_cpu_smoke_modes_with_fla_installed(script, args, tmp_path):
     if script.endswith("tpot.py"):
         report = json.loads((tmp_path / "out" / "tpot.json").read_text())
         assert report["runs"] and not report["skipped"], report["skipped"][:1]
+
+
+def test_generate_on_a_cpu_with_fla_bound_says_what_to_do():
+    """A user's own CPU script with FLA installed: transformers binds the GDN layers to FLA's kernels, generate failed
+    inside them with triton's "0 active drivers", and the next call said the cache was inconsistent (found by the
+    fourteenth review). Now generate refuses up front, naming hide_fla_on_cpu, and the cache is untouched; with FLA
+    hidden first the same script runs and gives the default cache's tokens."""
+    script = """
+import sys
+HIDE = sys.argv[1] == "hide"
+if HIDE:
+    from hf_deltalog.interpreter import hide_fla_on_cpu
+    hide_fla_on_cpu("cpu")
+import torch, transformers
+from hf_deltalog import DeltaLogCache
+from hf_deltalog.patches.registry import runs_fla_kernels
+cfg = transformers.Qwen3_5TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=1, linear_num_value_heads=2,
+    linear_key_head_dim=8, linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"],
+    pad_token_id=0, bos_token_id=1, eos_token_id=None)
+torch.manual_seed(0)
+model = transformers.Qwen3_5ForCausalLM(cfg).eval()
+ids = torch.randint(3, 64, (2, 5))
+cache = DeltaLogCache(model)
+print("bound", runs_fla_kernels("qwen3_5_text"))
+try:
+    out = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    print("same", torch.equal(out, model.generate(ids, max_new_tokens=3, do_sample=False)))
+except ValueError as e:
+    print("refused", "hide_fla_on_cpu" in str(e), int(cache.get_seq_length()))
+"""
+    bound = run_without_interpreter("-c", script, "keep")
+    assert bound.returncode == 0, bound.stderr[-3000:]
+    assert "bound True" in bound.stdout and "refused True 0" in bound.stdout, bound.stdout
+    hidden = run_without_interpreter("-c", script, "hide")
+    assert hidden.returncode == 0, hidden.stderr[-3000:]
+    assert "bound False" in hidden.stdout and "same True" in hidden.stdout, hidden.stdout

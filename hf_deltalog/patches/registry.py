@@ -373,3 +373,20 @@ def _bound(spec: FamilySpec) -> bool:
     """Whether the family's module (if imported) holds the dispatchers in both globals."""
     module = sys.modules.get(spec.module)
     return module is not None and all(_ours(getattr(module, name, None)) for name in (spec.recurrent, spec.chunk))
+
+
+def runs_fla_kernels(model_type: str) -> bool:
+    """Whether transformers bound the family's recurrences to flash-linear-attention's Triton kernels (it does when
+    FLA imports as the modeling module is imported: ``use_kernel_func_from_hub_with_fallback``), which need a GPU (or
+    ``TRITON_INTERPRET=1``). Reads the upstream functions' closures; False when the module is not imported."""
+    spec = _resolve(model_type)
+    module = sys.modules.get(spec.module)
+    for name in (spec.recurrent, spec.chunk):
+        for cell in getattr(_upstream_of(getattr(module, name, None)), "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(value) and str(getattr(value, "__module__", "")).startswith("fla."):
+                return True
+    return False
