@@ -15,6 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format
 timeout 250 python3 eval/tpot.py --out $R/tpot_qwen --models qwen3_5_35b_a3b --batch-sizes 256 64 --modes graph \
     --repeats 4 --new-tokens 32 --record-margins > $R/tpot_qwen/tpot.log 2>&1
 stamp "qwen rc=$?"; grep -E "TPOT|run " $R/tpot_qwen/tpot.log | cut -c1-220
+tar -czf "$OUT/round45.tar.gz" -C $R .  # again at the end: what finished comes back if the call is cut
 timeout $(left 460) python3 eval/tpot.py --out $R/tpot_kimi_b256 --models kimi_linear_48b_a3b --batch-sizes 256 \
     --modes graph --prefill-chunk-tokens 8192 --memory-fraction 0.96 --repeats 4 --new-tokens 32 --record-margins \
     > $R/tpot_kimi_b256/tpot.log 2>&1
