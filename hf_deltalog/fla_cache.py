@@ -94,21 +94,23 @@ def _triton_decoder(operator: str) -> tuple[Callable, Callable] | None:
 class _Shared:
     """State shared by a cache and its layers: the failure status and the last ``cu_seqlens`` checked."""
 
-    __slots__ = ("status", "cu_seqlens", "one_each")
+    __slots__ = ("status", "cu_seqlens", "cu_version", "one_each")
 
     def __init__(self) -> None:
         self.status = _Status()
         self.cu_seqlens: torch.Tensor | None = None
+        self.cu_version = -1
         self.one_each = False
 
     def one_token_each(self, cu_seqlens: torch.Tensor, rows: int) -> bool:
         """Whether ``cu_seqlens`` is ``[0, 1, …, rows]`` (every sequence holds one token). FLA's unpadding hands every
         layer of a forward the same tensor, so this reads the device once per forward (FLA's own unpadding
-        synchronises there already, through ``torch.nonzero``)."""
-        if cu_seqlens is not self.cu_seqlens:
+        synchronises there already, through ``torch.nonzero``). The answer is kept for that tensor at its version: a
+        caller's own ``cu_seqlens`` buffer refilled in place is read again."""
+        if cu_seqlens is not self.cu_seqlens or cu_seqlens._version != self.cu_version:
             self.one_each = cu_seqlens.numel() == rows + 1 and bool(torch.equal(
                 cu_seqlens, torch.arange(rows + 1, device=cu_seqlens.device, dtype=cu_seqlens.dtype)))
-            self.cu_seqlens = cu_seqlens
+            self.cu_seqlens, self.cu_version = cu_seqlens, cu_seqlens._version
         return self.one_each
 
 

@@ -351,3 +351,27 @@ def test_gpu_plan():
     forced = DeltaLogCache(tiny_model("kda").config, merge_interval=3, backend="torch")._new_layer(0)
     assert forced.plan(2, cuda) == dict(backend="torch", merge_interval=3, state_v_first=False, dense_fla=False)
     assert forced.plan(2, cpu)["merge_interval"] == 3
+
+
+def test_a_cu_seqlens_buffer_refilled_in_place_is_read_again():
+    """Packed decoding with the caller's own cu_seqlens buffer, refilled in place between steps: the cache kept its
+    "one token per sequence" answer by the tensor's identity, so [0, 1, 2] refilled as [0, 2, 2] (two tokens for row A,
+    none for B) ran the one-token DeltaLog step (logits 0.12 off FLA's Cache, the state corrupted; found by the
+    fifteenth review). The answer now follows the tensor's version."""
+    model = tiny_model("gated_deltanet")
+    g = torch.Generator().manual_seed(3)
+    seq_a, seq_b = torch.randint(3, 90, (9,), generator=g), torch.randint(3, 90, (9,), generator=g)
+    steps = [(torch.cat([seq_a[:5], seq_b[:5]]), [0, 5, 10]), (torch.stack([seq_a[5], seq_b[5]]), [0, 1, 2]),
+             (seq_a[6:8], [0, 2, 2]), (torch.stack([seq_a[8], seq_b[6]]), [0, 1, 2])]
+
+    def run(cache):
+        cu = torch.tensor(steps[0][1])
+        out = []
+        with torch.no_grad():
+            for x, lengths in steps:
+                cu.copy_(torch.tensor(lengths))  # one buffer, refilled in place
+                out.append(model(x[None], cu_seqlens=cu, past_key_values=cache, use_cache=True).logits)
+        return out
+
+    ours, ref = run(DeltaLogCache(model, merge_interval=3, backend="torch")), run(Cache())
+    assert max(max_abs(a, b) for a, b in zip(ours, ref)) <= 1e-5
