@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import sys
 import warnings
 from typing import Any, Callable
@@ -474,11 +475,22 @@ def _gates(operator: str, a: dict[str, Any], g: torch.Tensor | None, beta: torch
     return g.contiguous(), beta.contiguous()
 
 
+def _layer_geometry(config: Any) -> str:
+    """What else sizes the states FLA's layers keep: the short convolutions (``use_short_conv``, ``conv_size``) and
+    the attention specs of a hybrid (``config.attn``), as a string to compare."""
+    return json.dumps(dict(use_short_conv=getattr(config, "use_short_conv", None),
+                           conv_size=getattr(config, "conv_size", None), attn=getattr(config, "attn", None)),
+                      sort_keys=True, default=str)
+
+
 def _linear_layers(config: Any) -> list[bool]:
     """Per layer: True for a recurrent layer, False for the softmax-attention layers of FLA's hybrid configs
-    (``config.attn['layers']``)."""
+    (``config.attn``: one spec ``{'layers': [...], ...}`` or a list of them, as FLA's ``parse_attention_config``
+    takes it)."""
     attn = getattr(config, "attn", None) or {}
-    attention = set(attn.get("layers", ()) if isinstance(attn, dict) else getattr(attn, "layers", ()) or ())
+    specs = attn if isinstance(attn, (list, tuple)) else [attn]
+    attention = {i for spec in specs
+                 for i in (spec.get("layers", ()) if isinstance(spec, dict) else getattr(spec, "layers", ()) or ())}
     return [i not in attention for i in range(int(config.num_hidden_layers))]
 
 
@@ -530,7 +542,7 @@ class FLADeltaLogCache(FLACache):
         self._linear = _linear_layers(config)
         self._auto_merge = merge_interval is None
         self._shared = _Shared()
-        self._fingerprint = (spec.model_type, tuple(self._linear), self._dims)
+        self._fingerprint = (spec.model_type, tuple(self._linear), self._dims, _layer_geometry(config))
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         patch_fla()  # every FLA family: a cache used by another family's layer meets a dispatcher that says so
@@ -675,12 +687,13 @@ class FLADeltaLogCache(FLACache):
         if config is None:
             return
         spec = fla_family_of(config)
-        theirs = (spec.model_type, tuple(_linear_layers(config)), spec.dims(config)) if spec is not None else (
-            getattr(config, "model_type", None),)
+        theirs = (spec.model_type, tuple(_linear_layers(config)), spec.dims(config), _layer_geometry(config)) \
+            if spec is not None else (getattr(config, "model_type", None),)
         if theirs != self._fingerprint:
             raise ValueError(
                 f"this DeltaLogCache was built for an FLA {self.model_type!r} model with recurrent layers "
-                f"{self._fingerprint[1]} and (Hk, HV, K, V) = {self._dims}, but generate was called on a "
+                f"{self._fingerprint[1]}, (Hk, HV, K, V) = {self._dims} and short-conv / attention settings "
+                f"{self._fingerprint[3]}, but generate was called on a "
                 f"{getattr(config, 'model_type', None)!r} model with another configuration; build the cache from the "
                 "model that uses it"
             )

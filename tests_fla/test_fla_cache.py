@@ -375,3 +375,27 @@ def test_a_cu_seqlens_buffer_refilled_in_place_is_read_again():
 
     ours, ref = run(DeltaLogCache(model, merge_interval=3, backend="torch")), run(Cache())
     assert max(max_abs(a, b) for a, b in zip(ours, ref)) <= 1e-5
+
+
+def test_the_configuration_check_covers_conv_width_and_attention_specs():
+    """The FLA configuration check compared the model type, the recurrent-layer pattern and the head dims only: a cache
+    filled by a model with width-4 short convolutions was continued by one with width 2, decoding from windows of the
+    wrong width; and FLA's list form of `attn` was not read, so its attention layers counted as recurrent (found by the
+    fifteenth review). Both are now in the check."""
+    from fla.models import GatedDeltaNetForCausalLM
+    from helpers import family_config
+
+    from hf_deltalog.fla_cache import _linear_layers
+
+    model = tiny_model("gated_deltanet")
+    cache = DeltaLogCache(model, merge_interval=3, backend="torch")
+    out = generate_ours(model, prompt_ids(2, 4, seed=8), cache, max_new_tokens=3, do_sample=False)
+    narrow = GatedDeltaNetForCausalLM(family_config("gated_deltanet", 2)).eval()
+    narrow.config.conv_size = 2  # the check reads the config
+    held = cache.get_seq_length()
+    with pytest.raises(ValueError, match="short-conv / attention settings .*another configuration"):
+        generate_ours(narrow, torch.cat([out, prompt_ids(2, 1, seed=9)], 1), cache, max_new_tokens=2)
+    assert cache.get_seq_length() == held
+    config = family_config("gated_deltanet", 4)
+    config.attn = [{"layers": [1], "num_heads": 2}, {"layers": [3], "num_heads": 2, "window_size": 3}]
+    assert _linear_layers(config) == [True, False, True, False]
