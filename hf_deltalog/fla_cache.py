@@ -594,6 +594,11 @@ class FLADeltaLogCache(FLACache):
         if isinstance(layer, FLADeltaLogLayer) and layer.base is not None:
             caller = sys._getframe(1)  # only for layers that could be marked: this runs every decode step
             if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla."):
+                if layer._in_step:  # its last step read the state and never stored one: it stopped inside the layer
+                    self._shared.status.check()  # a refusal already recorded says why first
+                    raise self._shared.status.reject(
+                        f"layer {layer_idx} did not complete its last step (a forward stopped inside it after its conv "
+                        "window moved), so its state is not the one its tokens give; call cache.reset()")
                 layer._in_step = True
         return state
 

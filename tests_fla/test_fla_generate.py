@@ -252,3 +252,31 @@ def test_reading_a_layer_state_dict_between_turns_is_not_a_stopped_forward():
     got = generate_ours(model, turn2, cache, max_new_tokens=3, **GREEDY)
     ref, _ = generate_ref(model, turn2, max_new_tokens=3, **GREEDY)
     assert torch.equal(got.sequences, ref.sequences)
+
+
+def test_a_manual_step_after_a_stop_inside_a_layer_is_refused():
+    """A manual decode step stopped inside layer 0 after its short convolution moved the window: the next generate was
+    refused, but a manual retry of the step decoded from the moved window (logits 0.158 off a full forward) and, by
+    storing a state, cleared the mark, so a later generate was accepted too (found by the fifteenth review). Now the
+    layer's next read refuses the step and locks the cache until reset()."""
+    model = tiny_model("gated_deltanet", layers=2)
+    ids, nxt = prompt_ids(2, 5), prompt_ids(2, 1, seed=90)
+    cache = DeltaLogCache(model, merge_interval=3, backend="torch")
+
+    def stop(module, args, output):
+        raise RuntimeError("stop")
+
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        handle = model.model.layers[0].attn.v_conv1d.register_forward_hook(stop)
+        with pytest.raises(RuntimeError, match="stop"):
+            model(nxt, past_key_values=cache, use_cache=True)
+        handle.remove()
+        with pytest.raises(ValueError, match=r"layer 0 did not complete its last step.*cache.reset\(\)"):
+            model(nxt, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match=r"cache\.reset\(\)"):  # still refused
+            model(nxt, past_key_values=cache, use_cache=True)
+    cache.reset()
+    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
+    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)
