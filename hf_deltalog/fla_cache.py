@@ -277,6 +277,13 @@ class FLADeltaLogLayer(FLALayer):
         elif recurrent_state is not None:
             raise self.shared.status.reject(
                 f"layer {self.layer_idx}: a recurrent state must be a tensor; got {type(recurrent_state).__name__}")
+        elif offset is not None and offset > 0:
+            # FLA's layers store their states with use_cache=False too, without a recurrent state: the conv or
+            # token-shift window has moved by `offset` tokens that the recurrent state never saw
+            raise self.shared.status.reject(
+                f"layer {self.layer_idx} consumed {offset} token(s) without storing a recurrent state (a forward with "
+                "use_cache=False and this cache passed?): its conv / token-shift window moved past its state. Pass "
+                "use_cache=True with a cache, or no cache with use_cache=False")
         out = super().update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
                              ffn_state=ffn_state, offset=offset, cache_kwargs=cache_kwargs, **kwargs)
         self._in_step = False

@@ -280,3 +280,24 @@ def test_a_manual_step_after_a_stop_inside_a_layer_is_refused():
     out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
     ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
     assert torch.equal(out.sequences, ref.sequences)
+
+
+@pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
+def test_a_forward_with_use_cache_false_is_refused(family):
+    """model(x, past_key_values=cache, use_cache=False): FLA's layers still move the conv / token-shift window (and the
+    token count) without storing a recurrent state, so the next step decoded from a mismatched state (logits 0.061 off
+    for GDN, 3.3e-4 for RWKV6; FLA's own Cache does the same; found by the fifteenth review). Now the forward is refused
+    and the cache locked until reset()."""
+    model = tiny_model(family, layers=2)
+    ids, nxt = prompt_ids(2, 5), prompt_ids(2, 1, seed=90)
+    cache = DeltaLogCache(model, merge_interval=3, backend="torch")
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match="without storing a recurrent state .*use_cache=False"):
+            model(nxt, past_key_values=cache, use_cache=False)
+        with pytest.raises(ValueError, match=r"cache\.reset\(\)"):
+            model(nxt, past_key_values=cache, use_cache=True)
+    cache.reset()
+    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
+    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)
