@@ -16,6 +16,14 @@ GREEDY = dict(do_sample=False, return_dict_in_generate=True, output_logits=True)
 PROMPT, NEW = 5, 7  # 6 decode steps after the prefill
 
 
+def assert_matches_fla_after_reset(model, ids, cache) -> None:
+    """After ``cache.reset()`` a greedy generate of ``ids`` gives FLA's own cache's tokens."""
+    cache.reset()
+    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
+    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)
+
+
 @functools.lru_cache(maxsize=None)
 def greedy_ref(family: str):
     return generate_ref(tiny_model(family), prompt_ids(2, PROMPT), max_new_tokens=NEW, **GREEDY)[0]
@@ -187,10 +195,7 @@ def test_a_forward_interrupted_part_way_is_caught_at_the_next_generate(family):
     for args, kw in (((ids,), {}), ((new,), dict(attention_mask=torch.ones(2, 4 + 2, dtype=torch.long)))):
         with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
             generate_ours(model, *args, cache, max_new_tokens=3, do_sample=False, **kw)
-    cache.reset()
-    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
-    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
-    assert torch.equal(out.sequences, ref.sequences)
+    assert_matches_fla_after_reset(model, ids, cache)
 
 
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
@@ -219,10 +224,7 @@ def test_a_decode_step_stopped_inside_a_layer_is_caught(family):
     assert calls["n"] == 3
     with pytest.raises(ValueError, match=r"layer\(s\) \[0\] did not complete the last step.*cache.reset"):
         generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
-    cache.reset()
-    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
-    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
-    assert torch.equal(out.sequences, ref.sequences)
+    assert_matches_fla_after_reset(model, ids, cache)
 
 
 def test_the_consumed_tokens_are_a_copy_of_the_returned_ids():
@@ -276,10 +278,7 @@ def test_a_manual_step_after_a_stop_inside_a_layer_is_refused():
             model(nxt, past_key_values=cache, use_cache=True)
         with pytest.raises(ValueError, match=r"cache\.reset\(\)"):  # still refused
             model(nxt, past_key_values=cache, use_cache=True)
-    cache.reset()
-    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
-    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
-    assert torch.equal(out.sequences, ref.sequences)
+    assert_matches_fla_after_reset(model, ids, cache)
 
 
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
@@ -297,7 +296,4 @@ def test_a_forward_with_use_cache_false_is_refused(family):
             model(nxt, past_key_values=cache, use_cache=False)
         with pytest.raises(ValueError, match=r"cache\.reset\(\)"):
             model(nxt, past_key_values=cache, use_cache=True)
-    cache.reset()
-    out = generate_ours(model, ids, cache, max_new_tokens=3, **GREEDY)
-    ref, _ = generate_ref(model, ids, max_new_tokens=3, **GREEDY)
-    assert torch.equal(out.sequences, ref.sequences)
+    assert_matches_fla_after_reset(model, ids, cache)
