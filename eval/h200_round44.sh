@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H200, at most ~260 s. GPU smoke after the Python changes of rounds 42-43's session (argument checks of the
+# One H200, at most ~260 s. GPU smoke after the Python changes made after round 42 (argument checks of the
 # launchers, run by every eager decode step; the refusal rules of the cache; the references' dtype checks):
 # eval/gpu_guard_check.py (all families, compiled kernels) and the real-size generate check of the Qwen3.5
 # architecture at B = 64 (the policy's M = 8) beside it.
