@@ -130,7 +130,9 @@ def main(argv=None) -> list[dict]:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog imports it)
         # transformers' GDN / KDA layers take their PyTorch paths: with flash-linear-attention installed transformers
         # binds them to FLA's chunked kernels, which the interpreter cannot run (tests/conftest.py does the same)
-        sys.modules.setdefault("fla", None)
+        from hf_deltalog.interpreter import hide_fla
+
+        hide_fla()
     import torch
     import transformers
 

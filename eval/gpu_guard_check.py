@@ -320,7 +320,9 @@ def main(argv=None) -> list[dict]:
             p.error("on the CPU run transformers' families and FLA's (fla_*) in separate calls: transformers' own "
                     "models need FLA hidden there (hf_deltalog.interpreter.hide_fla_on_cpu)")
     elif a.cpu_smoke:
-        sys.modules["fla"] = None  # transformers' GDN / KDA layers take their PyTorch paths (tests/conftest.py)
+        from hf_deltalog.interpreter import hide_fla
+
+        hide_fla()  # transformers' GDN / KDA layers take their PyTorch paths (tests/conftest.py)
     device = select_device(a.cpu_smoke)
     if device.type == "cuda" and not a.autotune:
         from triton.runtime.autotuner import Autotuner

@@ -476,7 +476,9 @@ def main(argv=None):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (hf_deltalog may import it)
         # transformers' GDN / KDA layers take their PyTorch paths: with flash-linear-attention installed transformers
         # binds them to FLA's kernels, which fail on a CPU ("0 active drivers"; tests/conftest.py does the same)
-        sys.modules.setdefault("fla", None)
+        from hf_deltalog.interpreter import hide_fla
+
+        hide_fla()
     import torch
     import transformers
 

@@ -928,7 +928,8 @@ class DeltaLogCache(DynamicCache):
         return ValueError(message)
 
     def _check_model(self, model: Any) -> None:
-        """Raise ValueError (changing nothing) unless ``model`` has the configuration this cache was built for."""
+        """Raise ValueError (changing nothing) unless ``model`` has the configuration this cache was built for and can
+        run where it is (not on a CPU with its layers bound to FLA's Triton kernels)."""
         config = getattr(model, "config", None)
         if config is None:
             return

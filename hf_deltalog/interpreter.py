@@ -18,7 +18,7 @@ import torch
 
 from hf_deltalog.kernels._op import interpreting
 
-__all__ = ["collapse_autotuners", "hide_fla_on_cpu", "interpreting"]
+__all__ = ["collapse_autotuners", "hide_fla", "hide_fla_on_cpu", "interpreting"]
 
 _PATCHED = False
 
@@ -67,6 +67,14 @@ def fused_recurrent_under_interpreter(model) -> int:
     return switched
 
 
+def hide_fla() -> None:
+    """Make ``import fla`` fail in this process, so that transformers' GDN / KDA layers take their PyTorch paths (what
+    :func:`hide_fla_on_cpu` does on a CPU). Unconditional: the ``--cpu-smoke`` modes of the eval scripts call it for
+    transformers' models under the interpreter too, which cannot run FLA's chunked kernels. Call it before
+    transformers imports the model's modeling module."""
+    sys.modules["fla"] = None
+
+
 def hide_fla_on_cpu(device: str | torch.device) -> bool:
     """On a CPU run without ``TRITON_INTERPRET=1``: make ``import fla`` fail in this process, so that transformers'
     GDN / KDA layers take their PyTorch paths, and return True; otherwise change nothing and return False.
@@ -84,5 +92,5 @@ def hide_fla_on_cpu(device: str | torch.device) -> bool:
         return True  # hidden already
     if "fla" not in sys.modules and importlib.util.find_spec("fla") is None:
         return False  # not installed: nothing to hide
-    sys.modules["fla"] = None
+    hide_fla()
     return True
