@@ -949,7 +949,8 @@ class DeltaLogCache(DynamicCache):
                 "the model that uses it"
             )
         param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
-        if param is not None and param.device.type == "cpu" and not interpreting() and runs_fla_kernels(self.model_type):
+        on_cpu = param is not None and param.device.type == "cpu"
+        if on_cpu and not interpreting() and runs_fla_kernels(self.model_type):
             raise ValueError(
                 "this model runs on the CPU, but transformers bound its linear-attention layers to flash-linear-"
                 "attention's Triton kernels (FLA is installed), which need a GPU and fail here ('0 active drivers'), "
