@@ -250,9 +250,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.workspace = self.conv_ring = self.conv_pos = None
         self._seen = 0  # tokens consumed (host count; static mode: decode steps are on the device step counter)
         self._pending = 0  # tokens of the current forward seen by update_conv_state
-        # A forward is inside this layer: set when the model reads or updates the conv window (the first thing a
-        # linear-attention layer does with the cache), cleared when the layer stores its recurrent state. Still set
-        # at the next generate means a forward stopped inside the layer, with its conv window already moved.
+        # A forward is inside this layer: set when the model reads its recurrent state or updates the conv window
+        # (before it moves the window), cleared when the layer stores its recurrent state. Still set at the next
+        # generate or forward means a forward stopped inside the layer, with its conv window already moved.
         self._in_step = False
 
     # ------------------------------------------------------------------ buffers
@@ -732,11 +732,18 @@ def _attention_geometry(config: Any) -> tuple:
 
 def _called_by_a_module() -> bool:
     """Whether the first caller outside this file is a method of a ``torch.nn.Module`` (a model's forward calling the
-    cache), not user code reading it. Walks the Python stack: for error paths only."""
+    cache), not user code reading it. Code of transformers' models (``transformers.models.*``, and
+    ``transformers_modules.*`` for remote code) answers from the module name, about 0.2 µs; other callers from the
+    frame's ``self``, a few µs."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename == __file__:
         frame = frame.f_back
-    return frame is not None and isinstance(frame.f_locals.get("self"), torch.nn.Module)
+    if frame is None:
+        return False
+    name = frame.f_globals.get("__name__", "")
+    if name.startswith(("transformers.models.", "transformers_modules.")):
+        return True
+    return isinstance(frame.f_locals.get("self"), torch.nn.Module)
 
 
 def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
@@ -895,6 +902,7 @@ class DeltaLogCache(DynamicCache):
         self._fingerprint = (spec.model_type, tuple(layer_types), dims, _attention_geometry(config))
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
+        self._order = StepOrder()  # dynamic mode: where the model's forward is (see _begin_layer_step)
         # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that
         # recognises it and says so, not an upstream kernel.
         patch()
@@ -926,6 +934,24 @@ class DeltaLogCache(DynamicCache):
         except ValueError:
             return self._status.reject(message)
         return ValueError(message)
+
+    def _begin_layer_step(self, layer_idx: int, call: str) -> None:
+        """Dynamic mode, at a layer's step call ``call`` (a linear layer's ``get_recurrent_state``, an attention
+        layer's ``update`` / ``update_indexer``). When the call begins a new forward (:class:`StepOrder`) and comes from
+        a model's forward, every layer must hold what the last forward left: a manual decode loop that goes on after a
+        forward stopped between or inside layers is refused here, as ``generate`` refuses it when it starts. Host counts
+        only: no device read.
+
+        Raises:
+            ValueError: the layers disagree (the cache is locked until ``reset()``).
+        """
+        if self.static:  # one device step counter: generate checks the logs (_check_consistent)
+            return
+        if self._order.begins_forward(layer_idx, call) and _called_by_a_module():
+            try:
+                self._check_consistent(int(self.get_seq_length()), host_only=True)
+            except ValueError as error:
+                raise self._status.reject(str(error)) from None
 
     def _check_model(self, model: Any) -> None:
         """Raise ValueError (changing nothing) unless ``model`` has the configuration this cache was built for and can
@@ -984,16 +1010,19 @@ class DeltaLogCache(DynamicCache):
                 f"the model treats layer {layer_idx} as an attention layer, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
             )
+        self._begin_layer_step(layer_idx, "update")
         if self.static:
             self._fit_static_rows(layer_idx, "keys", "is_initialized", "cumulative_length", key_states.shape[0])
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
-        if isinstance(self._layer(layer_idx), DeltaLogLayer):
+        layer = self._layer(layer_idx)
+        if isinstance(layer, DeltaLogLayer):
             raise self._status.reject(
                 f"the model treats layer {layer_idx} as an indexed attention layer, but this DeltaLogCache was built "
                 f"for a config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
             )
+        self._begin_layer_step(layer_idx, "update_indexer")
         if self.static:
             self._fit_static_rows(layer_idx, "indexer_keys", "is_indexer_initialized", "indexer_cumulative_length",
                                   indexer_key_states.shape[0])
@@ -1042,12 +1071,15 @@ class DeltaLogCache(DynamicCache):
 
         This is the model's call at the start of a layer's step (every supported family reads its conv window and
         then this, before it updates the window in place): the layer counts as inside a forward until it stores its
-        recurrent state, and a forward stopped in between is refused at the next ``generate``. To inspect the state
-        use :meth:`materialize`."""
+        recurrent state, and a forward stopped in between is refused at the next ``generate`` or forward. In dynamic
+        mode a call from user code (not from a module's forward) is only a read. To inspect the state use
+        :meth:`materialize`."""
         layer = self._require_linear(layer_idx)
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
-        layer._in_step = True
+        if self.static or _called_by_a_module():  # dynamic mode: a read from user code is only a read
+            self._begin_layer_step(layer_idx, "get_recurrent_state")
+            layer._in_step = True
         return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
 
     def update_recurrent_state(self, recurrent_states: Any, layer_idx: int, state_idx: int = 0, **kwargs) -> Any:
@@ -1130,6 +1162,7 @@ class DeltaLogCache(DynamicCache):
         self._ledger = None
         self._after_beams = False
         self._status.broken = None
+        self._order = StepOrder()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``)."""
@@ -1200,21 +1233,26 @@ class DeltaLogCache(DynamicCache):
             )
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
-    def _check_consistent(self, held: int) -> None:
-        """Raise ValueError when the linear-attention layers disagree with one another or with ``held`` (what the
-        cache reports, and what generate cuts off the ids) on the tokens or rows they hold: a forward stopped
-        part-way (an exception or an interrupt inside the model) left the first layers advanced and the others not."""
+    def _check_consistent(self, held: int, host_only: bool = False) -> None:
+        """Raise ValueError when the layers disagree with one another or with ``held`` (what the cache reports, and
+        what generate cuts off the ids) on the tokens or rows they hold: a forward stopped part-way (an exception or
+        an interrupt inside the model) left the first layers advanced and the others not. ``host_only``: dynamic
+        mode's per-forward check, without the device reads of the static-mode log comparison."""
         tokens = {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
                   for layer in self.deltalog_layers}
+        interrupted = [layer.layer_idx for layer in self.deltalog_layers if layer._in_step]
         for i, layer in enumerate(self.layers):  # the attention layers count their tokens too
             if not isinstance(layer, DeltaLogLayer) and isinstance(layer, CacheLayerMixin):
                 tokens[i] = int(layer.get_seq_length())
-        interrupted = [layer.layer_idx for layer in self.deltalog_layers if layer._in_step]
+                indexer = getattr(layer, "indexer_keys", None)  # DSA layers: keys and indexer keys, two calls a step
+                if not self.static and isinstance(indexer, torch.Tensor) and indexer.dim() == 3 \
+                        and getattr(layer, "is_indexer_initialized", False) and indexer.shape[1] != tokens[i]:
+                    interrupted.append(i)
         # Layers with one merge interval hold logs of one length (row by row); in static mode, where the layers share
         # one step counter, a decode step that stopped between two layers shows only there
         lengths: dict[int, tuple[int, torch.Tensor]] = {}
         for layer in self.deltalog_layers:
-            if layer.base is None or layer.capacity == 0:
+            if host_only or layer.base is None or layer.capacity == 0:
                 continue
             first = lengths.setdefault(layer.merge_interval, (layer.layer_idx, layer.length))
             if first[1].shape == layer.length.shape and not torch.equal(first[1].cpu(), layer.length.cpu()):
@@ -1290,18 +1328,43 @@ def memory_breakdown_of(layers: list) -> dict[str, int]:
     return out
 
 
+class StepOrder:
+    """Where a model's forward is in a cache, from the calls its layers make: layers call in index order, and each
+    layer makes each of its step calls once per forward (``calls_before``: the calls that come earlier in a layer,
+    when the order is fixed). A call for a layer before the last one that called, or a call this layer already made,
+    begins a new forward. Host bookkeeping, a set operation per call. Used by :class:`DeltaLogCache` (dynamic mode)
+    and the FLA cache."""
+
+    __slots__ = ("calls", "layer")
+
+    def __init__(self) -> None:
+        self.layer = -1
+        self.calls: set[str] = set()
+
+    def begins_forward(self, layer_idx: int, call: str, calls_before: tuple[str, ...] = ()) -> bool:
+        """Record ``call`` by layer ``layer_idx``; True when it begins a new forward."""
+        new = layer_idx < self.layer or (layer_idx == self.layer and call in self.calls)
+        if new or layer_idx != self.layer:
+            self.layer, self.calls = layer_idx, set()
+        self.calls.update(calls_before)
+        self.calls.add(call)
+        return new
+
+
 def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interrupted: list[int] = ()) -> None:
     """Raise ValueError unless every layer in ``tokens`` (layer index → tokens it holds) holds ``held`` tokens, the
     allocated layers hold one number of ``rows`` and no layer is listed in ``interrupted`` (layers that did not
-    complete the last step: entered and not finished, or with a log of another length than the other layers'):
+    complete the last step: entered and not finished, with a log of another length than the other layers', or with
+    indexer keys of another length than its keys):
     otherwise a forward stopped part-way through the model (an exception or an interrupt) and the layers that ran
     hold more than the others. Shared by :class:`DeltaLogCache` and the FLA cache."""
     if interrupted:
         raise ValueError(
             f"this DeltaLogCache is inconsistent: a forward stopped part-way, and layer(s) {sorted(set(interrupted))} "
-            "did not complete the last step (a conv window moved without its recurrent state, or a log holds another "
-            "number of entries than the other layers'). Call cache.reset() (or build a new DeltaLogCache) and run the "
-            "prompt again"
+            "did not complete the last step (it kept part of the step: a conv window moved without its recurrent "
+            "state, a recurrent state stored without RWKV6's FFN token-shift state, a log of another number of entries "
+            "than the other layers', or attention indexer keys of another length than the keys). Call cache.reset() "
+            "(or build a new DeltaLogCache) and run the prompt again"
         )
     if len(set(tokens.values()) | {held}) > 1 or len(rows) > 1:
         detail = ", ".join(f"layer {i}: {n}" for i, n in tokens.items())

@@ -404,6 +404,11 @@ def test_a_stop_inside_the_first_linear_layer_is_caught(family, phase):
                        model.generate(ids, cache=fresh, max_new_tokens=3, do_sample=False))
 
 
+def _decoder_layers(model):
+    inner = model.model
+    return (inner.language_model if hasattr(inner, "language_model") else inner).layers
+
+
 def _stop_in_decoder_layer(model, layer_idx, on_call=2):
     """Make decoder layer ``layer_idx`` raise KeyboardInterrupt on its ``on_call``-th call (1: the prefill)."""
     calls = {"n": 0}
@@ -414,7 +419,7 @@ def _stop_in_decoder_layer(model, layer_idx, on_call=2):
             handle.remove()
             raise KeyboardInterrupt
 
-    handle = model.model.layers[layer_idx].register_forward_pre_hook(hook)
+    handle = _decoder_layers(model)[layer_idx].register_forward_pre_hook(hook)
 
 
 @pytest.mark.parametrize("static, layer", [(True, 2), (False, 3)], ids=["static-before-a-linear-layer",
@@ -442,6 +447,76 @@ def test_a_decode_step_stopped_between_layers_is_caught(static, layer):
     fresh = DeltaLogCache(model, backend="torch", merge_interval=4, **kw)
     assert torch.equal(model.generate(turn2, cache=cache, max_new_tokens=3, do_sample=False),
                        model.generate(turn2, cache=fresh, max_new_tokens=3, do_sample=False))
+
+
+def _stop_once(cache, method, layer_idx):
+    """Make ``cache.<method>`` raise KeyboardInterrupt on its next call for layer ``layer_idx`` (a stop inside that
+    layer, at that store)."""
+    store = getattr(cache, method)
+
+    def stopping(*args, **kwargs):
+        called = kwargs.get("layer_idx", args[1] if len(args) > 1 else None)
+        if called == layer_idx:
+            setattr(cache, method, store)
+            raise KeyboardInterrupt
+        return store(*args, **kwargs)
+
+    setattr(cache, method, stopping)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("family, where, layer", [
+    ("qwen3_5", "before", 1),  # after linear layer 0, before an attention layer
+    ("qwen3_5", "before", 2),  # before a linear layer
+    ("kimi_linear", "before", 3),  # before the last (attention) layer
+    ("qwen3_5", "update_recurrent_state", 0),  # inside linear layer 0, its conv window moved
+    ("kimi_linear", "update_recurrent_state", 2),
+    ("glm5_next", "update_indexer", 1),  # inside an indexed attention layer: keys stored, indexer keys not
+])
+def test_a_manual_step_after_a_stopped_forward_is_refused(family, where, layer, phase):
+    """A manual decode loop (model(x, past_key_values=cache) per step) that went on after a forward stopped between
+    two layers, or inside one, decoded from layers holding different tokens; only generate checked (the last documented
+    gap; DynamicCache goes on silently too). Now the next forward is refused with a ValueError naming cache.reset(),
+    the cache stays locked, and after reset() it matches a fresh cache."""
+    model = tiny_model(family)
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+    nxt = prompt_ids(2, 1, seed=5)
+    with torch.no_grad():
+        if phase == "decode":
+            model(ids, past_key_values=cache, use_cache=True)
+        if where == "before":
+            _stop_in_decoder_layer(model, layer, on_call=1)
+        else:
+            _stop_once(cache, where, layer)
+        with pytest.raises(KeyboardInterrupt):
+            model(ids if phase == "prefill" else nxt, past_key_values=cache, use_cache=True)
+        for _ in range(2):  # refused, and still refused (locked)
+            with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+                model(nxt, past_key_values=cache, use_cache=True)
+        cache.reset()
+        fresh = DeltaLogCache(model, backend="torch", merge_interval=3)
+        for step in (ids, nxt, nxt):
+            got = model(step, past_key_values=cache, use_cache=True).logits
+            want = model(step, past_key_values=fresh, use_cache=True).logits
+            assert torch.equal(got, want)
+
+
+def test_a_manual_loop_with_reads_between_steps_is_not_refused():
+    """The per-forward check must not refuse a valid manual loop: reads of the state between steps (conv window,
+    materialize, the sequence length) are not a stopped forward, and the loop matches DynamicCache step by step."""
+    model = tiny_model("glm5_next")
+    ids = prompt_ids(2, 6)
+    ours = DeltaLogCache(model, backend="torch", merge_interval=3)
+    ref = DynamicCache(config=model.config)
+    with torch.no_grad():
+        step = ids
+        for _ in range(5):
+            got = model(step, past_key_values=ours, use_cache=True).logits
+            want = model(step, past_key_values=ref, use_cache=True).logits
+            assert max_abs(got, want) < 1e-5
+            ours.get_conv_state(0), ours.materialize(2), ours.get_seq_length()
+            step = want[:, -1:].argmax(-1)
 
 
 def test_reading_the_state_between_turns_is_not_a_stopped_forward():
