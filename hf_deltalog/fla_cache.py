@@ -48,6 +48,7 @@ from fla.models.utils import Cache as FLACache
 from hf_deltalog.cache import (
     BACKENDS,
     DENSE_BELOW_STATE_BYTES,
+    StepOrder,
     _check_continuation,
     _check_held_rows_continue,
     _check_merge_interval,
@@ -179,10 +180,6 @@ class FLADeltaLogLayer(FLALayer):
         self.handle = FLADeltaLogState(self)
         self._names: tuple[str, ...] = ()
         self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = self.workspace = None
-        # A forward is inside this layer: set when the model reads the layer's state dict (FLA's layers then update
-        # their conv state in place), cleared when the layer stores its new states. Still set at the next generate
-        # means a forward stopped inside the layer after its conv window moved.
-        self._in_step = False
 
     # ------------------------------------------------------------------ buffers
     def _tensors(self) -> dict[str, torch.Tensor]:
@@ -284,10 +281,8 @@ class FLADeltaLogLayer(FLALayer):
                 f"layer {self.layer_idx} consumed {offset} token(s) without storing a recurrent state (a forward with "
                 "use_cache=False and this cache passed?): its conv / token-shift window moved past its state. Pass "
                 "use_cache=True with a cache, or no cache with use_cache=False")
-        out = super().update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
-                             ffn_state=ffn_state, offset=offset, cache_kwargs=cache_kwargs, **kwargs)
-        self._in_step = False
-        return out
+        return super().update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
+                              ffn_state=ffn_state, offset=offset, cache_kwargs=cache_kwargs, **kwargs)
 
     def materialize(self, state_v_first: bool | None = None) -> torch.Tensor:
         """The dense logical state, fp32, a new contiguous tensor in FLA's layout of this layer (``[B, HV, V, K]`` for
@@ -446,7 +441,6 @@ class FLADeltaLogLayer(FLALayer):
         super().reset()
         for t in self._tensors().values():
             t.zero_()
-        self._in_step = False
 
 
 def _gates(operator: str, a: dict[str, Any], g: torch.Tensor | None, beta: torch.Tensor | None, v: torch.Tensor):
@@ -552,6 +546,11 @@ class FLADeltaLogCache(FLACache):
         self._fingerprint = (spec.model_type, tuple(self._linear), self._dims, _layer_geometry(config))
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
+        # Layers a forward entered and did not finish: entered at FLA's step read of their state dict (a decode step:
+        # FLA's layers then move their conv window in place) or at their first store, finished at their last store of
+        # the step (the recurrent or attention state; RWKV6: the FFN's token-shift state after it).
+        self._inside: set[int] = set()
+        self._order = StepOrder()
         patch_fla()  # every FLA family: a cache used by another family's layer meets a dispatcher that says so
         from hf_deltalog.patches.registry import _patch_generation
 
@@ -589,24 +588,53 @@ class FLADeltaLogCache(FLACache):
                 f"the model passed a recurrent state for layer {layer_idx}, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is softmax attention; build the cache from the model that uses it"
             )
-        return layer.update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
-                            ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs)
+        # A store by FLA's model code (its layers, RWKV6's FFN) is a step of a forward; one from elsewhere (code that
+        # drives the cache layer by layer) only stores
+        forward = sys._getframe(1).f_globals.get("__name__", "").startswith("fla.")
+        ffn_only = ffn_state is not None and recurrent_state is None and attn_state is None
+        if forward:
+            self._begin_step(layer_idx, "ffn" if ffn_only else "store", ("read", "store") if ffn_only else ("read",))
+        out = layer.update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
+                           ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs)
+        if forward and self.spec.ffn_state and not ffn_only:
+            self._inside.add(layer_idx)  # the FFN's store ends this layer's step
+        else:
+            self._inside.discard(layer_idx)
+        return out
+
+    def _begin_step(self, layer_idx: int, call: str, calls_before: tuple[str, ...] = ()) -> None:
+        """At a layer's step call (FLA's step read, a store, RWKV6's FFN store): when it begins a new forward
+        (:class:`hf_deltalog.cache.StepOrder`), every layer must hold what the last forward left. A manual decode loop
+        that goes on after a forward stopped between or inside layers is refused here, as ``generate`` refuses it when
+        it starts. Host counts only.
+
+        Raises:
+            ValueError: the layers disagree (the cache is locked until ``reset()``).
+        """
+        if self._order.begins_forward(layer_idx, call, calls_before):
+            self._shared.status.check()  # a refusal already recorded says why first
+            try:
+                self._check_layers_agree(self.get_seq_length())
+            except ValueError as error:
+                raise self._shared.status.reject(str(error)) from None
+
+    def _check_layers_agree(self, held: int) -> None:
+        """Raise ValueError unless every layer of the model (attention ones too; a layer not created yet holds no
+        token) holds ``held`` tokens in one number of rows and none is inside a step (:func:`check_layers_agree`)."""
+        check_layers_agree(held, {i: self.layers[i].get_seq_length() if i < len(self.layers) else 0
+                                  for i in range(len(self._linear))},
+                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None},
+                           sorted(self._inside))
 
     def __getitem__(self, layer_idx: int) -> dict[str, Any]:
-        """FLA's state dict of layer ``layer_idx``. Read by FLA's layers at the start of a step (through
+        """FLA's state dict of layer ``layer_idx``. Read by FLA's recurrent layers at the start of a step (through
         ``fla.layers.utils.get_layer_cache``), the layer then counts as inside a forward until it stores its new
         states (they update their conv state in place in between); a read from anywhere else is only a read."""
         state = super().__getitem__(layer_idx)
-        layer = self.layers[layer_idx]
-        if isinstance(layer, FLADeltaLogLayer) and layer.base is not None:
-            caller = sys._getframe(1)  # only for layers that could be marked: this runs every decode step
-            if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla."):
-                if layer._in_step:  # its last step read the state and never stored one: it stopped inside the layer
-                    self._shared.status.check()  # a refusal already recorded says why first
-                    raise self._shared.status.reject(
-                        f"layer {layer_idx} did not complete its last step (a forward stopped inside it after its conv "
-                        "window moved), so its state is not the one its tokens give; call cache.reset()")
-                layer._in_step = True
+        caller = sys._getframe(1)  # this runs every decode step
+        if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla."):
+            self._begin_step(layer_idx, "read")
+            self._inside.add(layer_idx)
         return state
 
     def __iter__(self):
@@ -691,6 +719,8 @@ class FLADeltaLogCache(FLACache):
         self._after_beams = False
         self._shared.status.broken = None
         self._shared.cu_seqlens = None
+        self._inside.clear()
+        self._order = StepOrder()
 
     # ------------------------------------------------------------------ generate checks (through the patch)
     def _check_model(self, model: Any) -> None:
@@ -717,11 +747,7 @@ class FLADeltaLogCache(FLACache):
         tokens with a mask over cached and new ones (as :meth:`DeltaLogCache._before_generate`)."""
         self._shared.status.check()
         held = self.get_seq_length()
-        # every layer of the model (attention ones too) counts its tokens; a layer not created yet holds none
-        check_layers_agree(held, {i: self.layers[i].get_seq_length() if i < len(self.layers) else 0
-                                  for i in range(len(self._linear))},
-                           {layer.batch_size for layer in self.deltalog_layers if layer.base is not None},
-                           [layer.layer_idx for layer in self.deltalog_layers if layer._in_step])
+        self._check_layers_agree(held)
         if held == 0:
             return
         _check_held_rows_continue(held, self._after_beams, expand)

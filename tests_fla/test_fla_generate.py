@@ -274,10 +274,66 @@ def test_a_manual_step_after_a_stop_inside_a_layer_is_refused():
         with pytest.raises(RuntimeError, match="stop"):
             model(nxt, past_key_values=cache, use_cache=True)
         handle.remove()
-        with pytest.raises(ValueError, match=r"layer 0 did not complete its last step.*cache.reset\(\)"):
+        with pytest.raises(ValueError, match=r"layer\(s\) \[0\] did not complete the last step.*cache.reset\(\)"):
             model(nxt, past_key_values=cache, use_cache=True)
         with pytest.raises(ValueError, match=r"cache\.reset\(\)"):  # still refused
             model(nxt, past_key_values=cache, use_cache=True)
+    assert_matches_fla_after_reset(model, ids, cache)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("family, where", [("gated_deltanet", "before layer 1"), ("kda", "before layer 1"),
+                                           ("rwkv6", "before layer 1"), ("rwkv6", "before the FFN of layer 1")])
+def test_a_manual_step_after_a_forward_stopped_between_stores_is_refused(family, where, phase):
+    """A manual decode loop that went on after a forward stopped between two layers decoded from layers holding
+    different tokens (FLA's own Cache does the same): only generate refused it. And a stop inside an RWKV6 block after
+    its recurrent state was stored and before its FFN stored the token-shift state changed no token count, so neither
+    generate nor a manual step saw it: they decoded from a stale FFN shift. Now the next forward is refused with a
+    ValueError naming cache.reset(), the cache stays locked, and after reset() it matches FLA's own cache."""
+    model = tiny_model(family, layers=2)
+    ids, nxt = prompt_ids(2, 5), prompt_ids(2, 1, seed=90)
+    cache = DeltaLogCache(model, merge_interval=3, backend="torch")
+    block = model.model.layers[1].ffn if "FFN" in where else model.model.layers[1]
+
+    def stop(module, args):
+        handle.remove()
+        raise KeyboardInterrupt
+
+    with torch.no_grad():
+        if phase == "decode":
+            model(ids, past_key_values=cache, use_cache=True)
+        handle = block.register_forward_pre_hook(stop)
+        with pytest.raises(KeyboardInterrupt):
+            model(ids if phase == "prefill" else nxt, past_key_values=cache, use_cache=True)
+        for _ in range(2):  # refused, then still refused (locked)
+            with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+                model(nxt, past_key_values=cache, use_cache=True)
+    assert_matches_fla_after_reset(model, ids, cache)
+
+
+def test_a_stop_before_the_rwkv6_ffn_store_is_caught_at_the_next_generate():
+    """The generate form of the RWKV6 case above: a decode step stopped after the last layer's recurrent store, before
+    its FFN's token-shift store, left every token count equal, and the next generate decoded on from the stale shift.
+    Now it raises a ValueError naming cache.reset()."""
+    model = tiny_model("rwkv6", layers=2)
+    ids = prompt_ids(2, 4, seed=8)
+    cache = DeltaLogCache(model, merge_interval=3)
+    calls = {"n": 0}
+
+    def stop(module, args):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the prefill's, then a decode step's
+            handle.remove()
+            raise KeyboardInterrupt
+
+    handle = model.model.layers[1].ffn.register_forward_pre_hook(stop)
+    with pytest.raises(KeyboardInterrupt):
+        generate_ours(model, ids, cache, max_new_tokens=4, do_sample=False)
+    held = cache.get_seq_length()
+    new = prompt_ids(2, 2, seed=9)  # the only-new-tokens form (no ids were recorded for the stopped call)
+    with pytest.raises(ValueError, match=r"layer\(s\) \[1\] did not complete the last step.*cache.reset"):
+        generate_ours(model, new, cache, max_new_tokens=3, do_sample=False,
+                      attention_mask=torch.ones(2, held + 2, dtype=torch.long))
     assert_matches_fla_after_reset(model, ids, cache)
 
 

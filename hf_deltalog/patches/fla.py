@@ -62,6 +62,8 @@ class FLAFamilySpec:
         dims: ``config -> (Hk, HV, K, V)``.
         state_v_first: FLA's layer keeps its recurrent state ``[N, HV, V, K]`` (True: GDN, KDA) or ``[N, H, K, V]``.
         default_merge_interval: ``M`` when the user gives none.
+        ffn_state: the family's blocks store a token-shift FFN state (``offset=0``) after the layer's recurrent or
+            attention state, so a layer's step ends with that store (RWKV6).
     """
 
     model_type: str
@@ -72,13 +74,14 @@ class FLAFamilySpec:
     dims: Callable[[Any], tuple[int, int, int, int]]
     state_v_first: bool
     default_merge_interval: int
+    ffn_state: bool = False
 
 
 FLA_FAMILIES: dict[str, FLAFamilySpec] = {
     spec.model_type: spec
     for spec in (
         FLAFamilySpec("rwkv6", "fla.layers.rwkv6", "rwkv6", "fused_recurrent_rwkv6", "chunk_rwkv6", _rwkv6_dims,
-                      state_v_first=False, default_merge_interval=8),
+                      state_v_first=False, default_merge_interval=8, ffn_state=True),
         FLAFamilySpec("gated_deltanet", "fla.layers.gated_deltanet", "gdn", "fused_recurrent_gated_delta_rule",
                       "chunk_gated_delta_rule", _delta_dims, state_v_first=True, default_merge_interval=8),
         FLAFamilySpec("kda", "fla.layers.kda", "kda", "fused_recurrent_kda", "chunk_kda", _delta_dims,
