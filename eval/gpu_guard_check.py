@@ -19,6 +19,10 @@ line per case and writes them all to ``--out``:
 - ``static_stop_between_layers`` (Qwen3.5 only): a static cache's decode step stopped before a linear layer
   (``disable_compile=True``: on a GPU transformers compiles a static cache's decode step, where a hook cannot stop it).
 - ``backward_raises`` (transformers' models): a backward through a cached decode step raises ``RuntimeError``.
+- ``manual_step_after_a_stop_between_layers`` (transformers) / ``manual_step_after_a_stop_between_stores`` (FLA; for
+  RWKV6 the stop falls between the last block's recurrent store and its FFN's token-shift store): a manual decode
+  loop's step stopped part-way; the next two manual steps raise the ``ValueError`` naming ``cache.reset()``, and after
+  ``reset()`` the loop's logits equal a fresh cache's.
 
     python eval/gpu_guard_check.py [--out eval/results/gpu_guard_check.json]
     TRITON_INTERPRET=1 python eval/gpu_guard_check.py --cpu-smoke --families qwen3_5 kimi_linear
@@ -70,6 +74,36 @@ def _stop_row(first, refused, same) -> dict:
     """A stop case's row: the stop raised (``first`` None), the next generate was refused (``refused`` None), and
     after ``reset()`` the tokens equal a fresh cache's (``same``)."""
     return dict(ok=first is None and refused is None and same, stop=first, refusal=refused, identical_after_reset=same)
+
+
+def _manual_stop_row(model, new_cache, block, ids, nxt, cache_arg: str) -> dict:
+    """A manual decode loop (``model(x, <cache_arg>=cache)`` per step): a prefill, then a step stopped by a pre-hook on
+    ``block`` (a decoder block part-way through the model); the next two steps must be refused (ValueError naming
+    ``cache.reset()``: the first refusal locks the cache), and after ``reset()`` three steps must give the logits of a
+    fresh cache (within 1e-5: the same kernels on the same inputs; the bound only covers a library picking another
+    GEMM algorithm between calls)."""
+    import torch
+
+    cache = new_cache()
+
+    def step(c, x):
+        return model(x, use_cache=True, **{cache_arg: c}).logits
+
+    def hook(module, args):
+        handle.remove()
+        raise KeyboardInterrupt
+
+    with torch.no_grad():
+        step(cache, ids)
+        handle = block.register_forward_pre_hook(hook)
+        first = _expect(KeyboardInterrupt, "", lambda: step(cache, nxt))
+        handle.remove()
+        refused = _expect(ValueError, "cache.reset()", lambda: step(cache, nxt))
+        locked = _expect(ValueError, "cache.reset()", lambda: step(cache, nxt))
+        cache.reset()
+        fresh = new_cache()
+        diff = max((step(cache, x).float() - step(fresh, x).float()).abs().max().item() for x in (ids, nxt, nxt))
+    return dict(_stop_row(first, refused or locked, diff <= 1e-5), max_abs_logit_diff_after_reset=diff)
 
 
 def _ids(batch, length, vocab, device, seed):
@@ -207,6 +241,9 @@ def transformers_cases(family: str, device) -> list[dict]:
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
+    case("manual_step_after_a_stop_between_layers", lambda: _manual_stop_row(
+        model, lambda: DeltaLogCache(model, backend="triton", merge_interval=M), model.model.layers[2], ids,
+        _ids(2, 1, vocab, device, 6), "cache"))
     if family == "qwen3_5":
         case("static_stop_between_layers", static_stop_between_layers)
     case("backward_raises", backward_raises)
@@ -303,6 +340,10 @@ def fla_cases(family: str, device) -> list[dict]:
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
+    last = model.model.layers[-1]  # RWKV6: stop after the last block's recurrent store, before its FFN's store
+    case("manual_step_after_a_stop_between_stores", lambda: _manual_stop_row(
+        model, lambda: DeltaLogCache(model, backend="triton", merge_interval=M),
+        last.ffn if family == "rwkv6" else last, ids, _ids(2, 1, vocab, device, 10), "past_key_values"))
     return rows
 
 

@@ -125,7 +125,8 @@ def test_gpu_guard_check_cpu_smoke():
     spec.loader.exec_module(check)
     rows = check.main(["--cpu-smoke", "--families", "qwen3_5"])
     assert [r["case"] for r in rows] == ["multi_turn", "interrupted_prefill", "stopped_decode_step",
-                                         "static_stop_between_layers", "backward_raises"]
+                                         "manual_step_after_a_stop_between_layers", "static_stop_between_layers",
+                                         "backward_raises"]
     assert all(r["ok"] for r in rows), rows
     assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
 
