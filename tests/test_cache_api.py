@@ -491,15 +491,61 @@ def test_a_manual_step_after_a_stopped_forward_is_refused(family, where, layer, 
             _stop_once(cache, where, layer)
         with pytest.raises(KeyboardInterrupt):
             model(ids if phase == "prefill" else nxt, past_key_values=cache, use_cache=True)
-        for _ in range(2):  # refused, and still refused (locked)
-            with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
-                model(nxt, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+            model(nxt, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match="left inconsistent by a call it refused.*cache.reset"):  # locked
+            model(nxt, past_key_values=cache, use_cache=True)
         cache.reset()
         fresh = DeltaLogCache(model, backend="torch", merge_interval=3)
         for step in (ids, nxt, nxt):
             got = model(step, past_key_values=cache, use_cache=True).logits
             want = model(step, past_key_values=fresh, use_cache=True).logits
             assert torch.equal(got, want)
+
+
+class _Wrapper(torch.nn.Module):
+    """A serving / training wrapper that reads layer 0's state before each step of the model it wraps."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, cache):
+        if cache.get_seq_length() > 0:
+            cache.get_recurrent_state(0)
+        return self.model(x, past_key_values=cache, use_cache=True).logits
+
+
+class _Probe(torch.nn.Module):
+    """An interpretability probe: a module whose hook method reads a linear layer's state after its step."""
+
+    def __init__(self, cache):
+        super().__init__()
+        self.cache = cache
+
+    def hook(self, module, args, output):
+        self.cache.get_recurrent_state(module.layer_idx)
+
+
+def test_a_state_read_from_another_module_is_only_a_read():
+    """get_recurrent_state called from a wrapper module's forward, or from a probe module's hook method, was taken for
+    the layer's own step call (any nn.Module method counted): the next manual forward was refused, and a probe on
+    layer 0 refused the first prefill itself, both locking the cache (found by the sixteenth review). Only a module of
+    that layer (its layer_idx) counts now; the wrapped and probed loops match a plain loop."""
+    model = tiny_model("qwen3_5")
+    ids, nxt = prompt_ids(2, 6), prompt_ids(2, 1, seed=5)
+    plain = DeltaLogCache(model, backend="torch", merge_interval=3)
+    with torch.no_grad():
+        want = [model(x, past_key_values=plain, use_cache=True).logits for x in (ids, nxt, nxt)]
+        wrapper, wrapped = _Wrapper(model), DeltaLogCache(model, backend="torch", merge_interval=3)
+        assert all(torch.equal(wrapper(x, wrapped), w) for x, w in zip((ids, nxt, nxt), want))
+        probed = DeltaLogCache(model, backend="torch", merge_interval=3)
+        handle = _decoder_layers(model)[0].linear_attn.register_forward_hook(_Probe(probed).hook)
+        try:
+            got = [model(x, past_key_values=probed, use_cache=True).logits for x in (ids, nxt, nxt)]
+        finally:
+            handle.remove()
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
 
 
 def test_a_manual_loop_with_reads_between_steps_is_not_refused():
