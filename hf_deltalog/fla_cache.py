@@ -613,10 +613,20 @@ class FLADeltaLogCache(FLACache):
         """
         if self._order.begins_forward(layer_idx, call, calls_before):
             self._shared.status.check()  # a refusal already recorded says why first
-            try:
-                self._check_layers_agree(self.get_seq_length())
-            except ValueError as error:
-                raise self._shared.status.reject(str(error)) from None
+            if self._inside or not self._layers_agree_on_host():
+                try:
+                    self._check_layers_agree(self.get_seq_length())
+                except ValueError as error:
+                    raise self._shared.status.reject(str(error)) from None
+
+    def _layers_agree_on_host(self) -> bool:
+        """The common case of :meth:`_check_layers_agree`, which says what differs: one token count (a layer not
+        created yet holds none) and one number of rows. Host ints only."""
+        counts = {layer.get_seq_length() for layer in self.layers}
+        if len(self.layers) < len(self._linear):
+            counts.add(0)
+        rows = {base.shape[0] for base in (getattr(layer, "base", None) for layer in self.layers) if base is not None}
+        return len(counts) <= 1 and len(rows) <= 1
 
     def _check_layers_agree(self, held: int) -> None:
         """Raise ValueError unless every layer of the model (attention ones too; a layer not created yet holds no
@@ -628,11 +638,13 @@ class FLADeltaLogCache(FLACache):
 
     def __getitem__(self, layer_idx: int) -> dict[str, Any]:
         """FLA's state dict of layer ``layer_idx``. Read by FLA's recurrent layers at the start of a step (through
-        ``fla.layers.utils.get_layer_cache``), the layer then counts as inside a forward until it stores its new
-        states (they update their conv state in place in between); a read from anywhere else is only a read."""
+        ``fla.layers.utils.get_layer_cache``, called from FLA's layer code), the layer then counts as inside a forward
+        until it stores its new states (they update their conv state in place in between); a read from anywhere else
+        (``cache[i]``, or that helper called from user code) is only a read."""
         state = super().__getitem__(layer_idx)
         caller = sys._getframe(1)  # this runs every decode step
-        if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla."):
+        if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla.") \
+                and caller.f_back is not None and caller.f_back.f_globals.get("__name__", "").startswith("fla."):
             self._begin_step(layer_idx, "read")
             self._inside.add(layer_idx)
         return state

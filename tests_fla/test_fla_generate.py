@@ -256,6 +256,22 @@ def test_reading_a_layer_state_dict_between_turns_is_not_a_stopped_forward():
     assert torch.equal(got.sequences, ref.sequences)
 
 
+def test_fla_get_layer_cache_called_from_user_code_is_only_a_read():
+    """FLA's helper fla.layers.utils.get_layer_cache(layer, cache), called from user code between two steps, was taken
+    for the layer's own step read: the next forward was refused and the cache locked (found by the sixteenth review).
+    Only a call from FLA's layer code counts now; the loop matches one without the read."""
+    from fla.layers.utils import get_layer_cache
+
+    model = tiny_model("gated_deltanet", layers=2)
+    ids, nxt = prompt_ids(2, 5), prompt_ids(2, 1, seed=90)
+    read, plain = (DeltaLogCache(model, merge_interval=3, backend="torch") for _ in range(2))
+    with torch.no_grad():
+        for x in (ids, nxt, nxt):
+            got = model(x, past_key_values=read, use_cache=True).logits
+            assert torch.equal(got, model(x, past_key_values=plain, use_cache=True).logits)
+            assert "conv_state" in get_layer_cache(model.model.layers[0].attn, read)
+
+
 def test_a_manual_step_after_a_stop_inside_a_layer_is_refused():
     """A manual decode step stopped inside layer 0 after its short convolution moved the window: the next generate was
     refused, but a manual retry of the step decoded from the moved window (logits 0.158 off a full forward) and, by
@@ -305,9 +321,10 @@ def test_a_manual_step_after_a_forward_stopped_between_stores_is_refused(family,
         handle = block.register_forward_pre_hook(stop)
         with pytest.raises(KeyboardInterrupt):
             model(ids if phase == "prefill" else nxt, past_key_values=cache, use_cache=True)
-        for _ in range(2):  # refused, then still refused (locked)
-            with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
-                model(nxt, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+            model(nxt, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match="left inconsistent by a call it refused.*cache.reset"):  # locked
+            model(nxt, past_key_values=cache, use_cache=True)
     assert_matches_fla_after_reset(model, ids, cache)
 
 
