@@ -79,9 +79,9 @@ def _stop_row(first, refused, same) -> dict:
 def _manual_stop_row(model, new_cache, block, ids, nxt, cache_arg: str) -> dict:
     """A manual decode loop (``model(x, <cache_arg>=cache)`` per step): a prefill, then a step stopped by a pre-hook on
     ``block`` (a decoder block part-way through the model); the next two steps must be refused (ValueError naming
-    ``cache.reset()``: the first refusal locks the cache), and after ``reset()`` three steps must give the logits of a
-    fresh cache (within 1e-5: the same kernels on the same inputs; the bound only covers a library picking another
-    GEMM algorithm between calls)."""
+    ``cache.reset()``; the second says that the first locked the cache), and after ``reset()`` three steps must give
+    the logits of a fresh cache (within 1e-5: the same kernels on the same inputs; the bound only covers a library
+    picking another GEMM algorithm between calls)."""
     import torch
 
     cache = new_cache()
@@ -99,7 +99,7 @@ def _manual_stop_row(model, new_cache, block, ids, nxt, cache_arg: str) -> dict:
         first = _expect(KeyboardInterrupt, "", lambda: step(cache, nxt))
         handle.remove()
         refused = _expect(ValueError, "cache.reset()", lambda: step(cache, nxt))
-        locked = _expect(ValueError, "cache.reset()", lambda: step(cache, nxt))
+        locked = _expect(ValueError, "left inconsistent by a call it refused", lambda: step(cache, nxt))
         cache.reset()
         fresh = new_cache()
         diff = max((step(cache, x).float() - step(fresh, x).float()).abs().max().item() for x in (ids, nxt, nxt))
