@@ -363,10 +363,13 @@ class DeltaLogLayer(LinearAttentionLayer):
                     f"layer {self.layer_idx} holds {current.shape[0]} rows but the model passed {conv_states.shape[0]}; "
                     "call cache.reset() (or build a new DeltaLogCache) before a batch of another size"
                 )
-            if current.shape[1] != conv_states.shape[1]:
+            # [B, D, W] windows: D channels; a [B, W] state (qwen4_exp's PLE keeps its token history as conv state 2)
+            # has none. The last axis is time.
+            if current.shape[1:-1] != conv_states.shape[1:-1]:
                 raise self.status.reject(
-                    f"layer {self.layer_idx} holds conv states of {current.shape[1]} channels but the model passed "
-                    f"{conv_states.shape[1]}: the cache belongs to a model with another configuration"
+                    f"layer {self.layer_idx} holds conv state {state_idx} of shape {tuple(current.shape)} ([B, D, W]) but "
+                    f"the model passed {tuple(conv_states.shape)}: the cache belongs to a model with another "
+                    "configuration"
                 )
         elif current is not None and self.is_conv_states_initialized[state_idx] and (
                 current.shape[:-1] != conv_states.shape[:-1] or current.dtype != conv_states.dtype
@@ -376,8 +379,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             # (transformers would keep the old buffer: the new model's conv windows rounded to its dtype, or kept
             # at the old width)
             self.is_conv_states_initialized[state_idx] = False
+        self._in_step = True  # any conv state (qwen4_exp's PLE moves states 2 and 1 before the recurrent state's read)
         if state_idx == 0:
-            self._in_step = True
             self._pending += conv_states.shape[-1]
         return super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
                                          **kwargs)
@@ -942,8 +945,8 @@ class DeltaLogCache(DynamicCache):
         return ValueError(message)
 
     def _begin_layer_step(self, layer_idx: int, call: str) -> None:
-        """Dynamic mode, at a layer's step call ``call`` (a linear layer's ``get_recurrent_state``, an attention
-        layer's ``update`` / ``update_indexer``). When the call begins a new forward (:class:`StepOrder`) and comes from
+        """Dynamic mode, at a layer's step call ``call`` (a linear layer's ``get_recurrent_state`` or
+        ``update_conv_state`` of a conv state, an attention layer's ``update`` / ``update_indexer``). When the call begins a new forward (:class:`StepOrder`) and comes from
         a model's forward, every layer must hold what the last forward left: a manual decode loop that goes on after a
         forward stopped between or inside layers is refused here, as ``generate`` refuses it when it starts. Host counts
         only: no device read.
@@ -1083,6 +1086,7 @@ class DeltaLogCache(DynamicCache):
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
         self._require_linear(layer_idx)
+        self._begin_layer_step(layer_idx, f"update_conv_state:{state_idx}")
         return super().update_conv_state(conv_states, layer_idx, state_idx, **kwargs)
 
     def _require_linear(self, layer_idx: int) -> DeltaLogLayer:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 from transformers import DynamicCache
-from utils import FAMILIES, GDN, KDA_FAMILIES, family_config, max_abs, prompt_ids, rel_err, tiny_model
+from utils import FAMILIES, GDN, KDA_FAMILIES, MOE, _drop, family_config, max_abs, prompt_ids, rel_err, tiny_model
 
 import hf_deltalog
 from hf_deltalog import DeltaLogCache, DeltaLogLayer
@@ -546,6 +546,52 @@ def test_a_state_read_from_another_module_is_only_a_read():
         finally:
             handle.remove()
     assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def _qwen4_exp_with_per_layer_embeddings():
+    """tests/utils.py's qwen4_exp config with per-layer embeddings on both linear layers (one-indexed ids 1 and 3): the
+    config derives three conv states per layer from ``ple_layer_ids`` when it is built, so not as an override."""
+    torch.manual_seed(0)
+    cfg = transformers.Qwen4ExpTextConfig(**_drop("intermediate_size"), **GDN, **MOE, layer_types=family_config(
+        "qwen4_exp").layer_types, hc_count=2, hc_lowrank=16, ngram_vocab_size_base=1000, indexer_n_heads=2,
+        indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=8, indexer_compress_ratio=4, ple_layer_ids=[1, 3])
+    assert cfg.number_of_conv_states == 3
+    return transformers.Qwen4ExpForCausalLM(cfg).eval()
+
+
+def test_qwen4_exp_per_layer_embeddings_decode_and_a_stop_after_them():
+    """qwen4_exp's per-layer embeddings (PLE) keep two more conv states in a linear layer: state 1, a [B, D, W]
+    window, and state 2, the [B, W] token history. The cache read dim 1 of every conv state as channels, so the first
+    decode step was refused ("holds conv states of 2 channels but the model passed 1"); and a stop after a layer's PLE
+    moved those states, before its recurrent step, was not seen: the next manual step decoded on (logits 0.031 off)
+    (found by the sixteenth review). Now generate matches DynamicCache (greedy for M = 1, 3, 8 and a second turn) and a
+    manual step after such a stop is refused."""
+    model = _qwen4_exp_with_per_layer_embeddings()
+    ids = prompt_ids(2, 6)
+    greedy = dict(do_sample=False, return_dict_in_generate=True, output_logits=True, max_new_tokens=5)
+    with torch.no_grad():
+        for merge_interval in (1, 3, 8):
+            ours, ref = DeltaLogCache(model, backend="torch", merge_interval=merge_interval), DynamicCache(
+                config=model.config)
+            got, want = (model.generate(ids, past_key_values=c, **greedy) for c in (ours, ref))
+            assert torch.equal(got.sequences, want.sequences)
+            assert max(max_abs(a, b) for a, b in zip(got.logits, want.logits)) < 1e-5
+        turn2 = torch.cat([got.sequences, prompt_ids(2, 2, seed=4)], 1)
+        got, want = (model.generate(turn2, past_key_values=c, **greedy) for c in (ours, ref))
+        assert torch.equal(got.sequences, want.sequences)
+        cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+        model(ids, past_key_values=cache, use_cache=True)
+        nxt = prompt_ids(2, 1, seed=5)
+
+        def stop(module, args):
+            handle.remove()
+            raise KeyboardInterrupt
+
+        handle = model.model.layers[0].attn_hyper_connection.register_forward_pre_hook(stop)  # after layer 0's PLE
+        with pytest.raises(KeyboardInterrupt):
+            model(nxt, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match=r"layer\(s\) \[0\] did not complete the last step.*cache.reset"):
+            model(nxt, past_key_values=cache, use_cache=True)
 
 
 def test_a_manual_loop_with_reads_between_steps_is_not_refused():
