@@ -602,22 +602,24 @@ class FLADeltaLogCache(FLACache):
             self._inside.discard(layer_idx)
         return out
 
-    def _begin_step(self, layer_idx: int, call: str, calls_before: tuple[str, ...] = ()) -> None:
+    def _begin_step(self, layer_idx: int, call: str, calls_before: tuple[str, ...] = ()) -> bool:
         """At a layer's step call (FLA's step read, a store, RWKV6's FFN store): when it begins a new forward
         (:class:`hf_deltalog.cache.StepOrder`), every layer must hold what the last forward left. A manual decode loop
         that goes on after a forward stopped between or inside layers is refused here, as ``generate`` refuses it when
-        it starts. Host counts only.
+        it starts. Host counts only. Returns whether the call begins a new forward.
 
         Raises:
             ValueError: the layers disagree (the cache is locked until ``reset()``).
         """
-        if self._order.begins_forward(layer_idx, call, calls_before):
-            self._shared.status.check()  # a refusal already recorded says why first
-            if self._inside or not self._layers_agree_on_host():
-                try:
-                    self._check_layers_agree(self.get_seq_length())
-                except ValueError as error:
-                    raise self._shared.status.reject(str(error)) from None
+        if not self._order.begins_forward(layer_idx, call, calls_before):
+            return False
+        self._shared.status.check()  # a refusal already recorded says why first
+        if self._inside or not self._layers_agree_on_host():
+            try:
+                self._check_layers_agree(self.get_seq_length())
+            except ValueError as error:
+                raise self._shared.status.reject(str(error)) from None
+        return True
 
     def _layers_agree_on_host(self) -> bool:
         """The common case of :meth:`_check_layers_agree`, which says what differs: one token count (a layer not
@@ -645,9 +647,35 @@ class FLADeltaLogCache(FLACache):
         caller = sys._getframe(1)  # this runs every decode step
         if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla.") \
                 and caller.f_back is not None and caller.f_back.f_globals.get("__name__", "").startswith("fla."):
-            self._begin_step(layer_idx, "read")
+            if self._begin_step(layer_idx, "read"):
+                self._check_rows(caller.f_back, layer_idx)
             self._inside.add(layer_idx)
         return state
+
+    def _check_rows(self, layer_frame: Any, layer_idx: int) -> None:
+        """At a forward's first step read: the rows the layer is about to run (its ``hidden_states`` ``[B, T, D]``, or
+        ``len(cu_seqlens) − 1`` sequences when packed) must be the rows the cache holds. FLA's layers move their conv
+        window in place right after this read, and FLA's conv kernel writes out of bounds when the input has more rows
+        than the state, before any later check could run. Reads the layer frame's locals once per forward (a few µs).
+
+        Raises:
+            ValueError: another number of rows while the cache holds tokens (nothing has changed yet).
+        """
+        if self.get_seq_length() == 0 or self.batch_size < 0:
+            return
+        local = layer_frame.f_locals
+        extra = local.get("kwargs")
+        cu_seqlens = local.get("cu_seqlens")
+        if cu_seqlens is None and isinstance(extra, dict):
+            cu_seqlens = extra.get("cu_seqlens")
+        x = local.get("hidden_states")
+        rows = cu_seqlens.shape[0] - 1 if isinstance(cu_seqlens, torch.Tensor) else \
+            x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None
+        if rows is not None and rows != self.batch_size:
+            raise ValueError(
+                f"layer {layer_idx}: the cache holds {self.batch_size} rows but the model passed {rows}; call "
+                "cache.reset() (or build a new DeltaLogCache) before a batch of another size"
+            )
 
     def __iter__(self):
         for layer in self.layers:  # not through __getitem__: iterating is not a forward's read

@@ -354,6 +354,27 @@ def test_a_stop_before_the_rwkv6_ffn_store_is_caught_at_the_next_generate():
     assert_matches_fla_after_reset(model, ids, cache)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("rows", [3, 1])
+def test_a_manual_step_with_another_number_of_rows_is_refused_before_the_conv(family, rows):
+    """A manual step with more rows than the cache holds made FLA's conv kernel (Triton, interpreted here) write out of
+    bounds before the cache's row check ran: the process aborted with "corrupted size vs. prev_size" (GDN; FLA's own
+    Cache does the same), or RWKV6 failed with a RuntimeError about tensor sizes; fewer rows were refused only after
+    the conv window had moved, which locked the cache. Now the forward's first step read compares the layer's rows
+    with the cache's and raises a ValueError before anything moves: the cache is not locked, and the next valid step
+    matches a cache that never saw the call."""
+    model = tiny_model(family, layers=2)
+    ids, nxt = prompt_ids(2, 5), prompt_ids(2, 1, seed=90)
+    cache, clean = (DeltaLogCache(model, merge_interval=3, backend="triton") for _ in range(2))
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        model(ids, past_key_values=clean, use_cache=True)
+        with pytest.raises(ValueError, match=f"holds 2 rows but the model passed {rows}; call cache.reset"):
+            model(prompt_ids(rows, 1, seed=3), past_key_values=cache, use_cache=True)
+        got = model(nxt, past_key_values=cache, use_cache=True).logits
+        assert torch.equal(got, model(nxt, past_key_values=clean, use_cache=True).logits)
+
+
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
 def test_a_forward_with_use_cache_false_is_refused(family):
     """model(x, past_key_values=cache, use_cache=False): FLA's layers still move the conv / token-shift window (and the
