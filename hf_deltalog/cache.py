@@ -733,15 +733,21 @@ def _attention_geometry(config: Any) -> tuple:
     return tuple((name, getattr(config, name)) for name in _ATTENTION_FIELDS if getattr(config, name, None) is not None)
 
 
+def _caller_outside_this_file():
+    """The frame of the first caller outside this file (None at the stack's bottom)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame
+
+
 def _called_by_a_module(layer_idx: int | None = None) -> bool:
     """Whether the first caller outside this file is a method of a ``torch.nn.Module`` (a model's forward calling the
     cache), not user code reading it; with ``layer_idx``, a module of that layer (its ``layer_idx`` attribute), so
     that a wrapper's forward or a probe module's hook that reads a layer's state is not taken for the layer's own step.
     Code of transformers' models (``transformers.models.*``, and ``transformers_modules.*`` for remote code) answers
     from the module name, about 0.2 µs; other callers from the frame's ``self``, a few µs."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back
+    frame = _caller_outside_this_file()
     if frame is None:
         return False
     name = frame.f_globals.get("__name__", "")
@@ -944,24 +950,39 @@ class DeltaLogCache(DynamicCache):
             return self._status.reject(message)
         return ValueError(message)
 
-    def _begin_layer_step(self, layer_idx: int, call: str) -> None:
+    def _begin_layer_step(self, layer_idx: int, call: str, rows: int | None = None) -> None:
         """Dynamic mode, at a layer's step call ``call`` (a linear layer's ``get_recurrent_state`` or
         ``update_conv_state`` of a conv state, an attention layer's ``update`` / ``update_indexer``). When the call begins a new forward (:class:`StepOrder`) and comes from
         a model's forward, every layer must hold what the last forward left: a manual decode loop that goes on after a
-        forward stopped between or inside layers is refused here, as ``generate`` refuses it when it starts. Host counts
-        only: no device read.
+        forward stopped between or inside layers is refused here, as ``generate`` refuses it when it starts. The forward
+        must also bring the rows the cache holds (``rows``: of the call's input; else the ``hidden_states`` of the
+        calling layer), checked before anything moves: the GPU conv kernels update a conv window in place right after
+        this call and do not check rows. Host counts and shapes only: no device read.
 
         Raises:
-            ValueError: the layers disagree (the cache is locked until ``reset()``).
+            ValueError: the layers disagree (the cache is locked until ``reset()``), or another number of rows than
+                the cache holds (nothing changed).
         """
         if self.static:  # one device step counter: generate checks the logs (_check_consistent)
             return
-        if self._order.begins_forward(layer_idx, call) and _called_by_a_module(layer_idx) \
-                and not self._layers_agree_on_host():
+        if not (self._order.begins_forward(layer_idx, call) and _called_by_a_module(layer_idx)):
+            return
+        if not self._layers_agree_on_host():
             try:
                 self._check_consistent(int(self.get_seq_length()), host_only=True)
             except ValueError as error:
                 raise self._status.reject(str(error)) from None
+        held = next((layer.base.shape[0] for layer in self._linear_layers if layer.base is not None and layer._seen),
+                    None)
+        if held is None:
+            return
+        if rows is None:
+            frame = _caller_outside_this_file()
+            x = frame.f_locals.get("hidden_states") if frame is not None else None  # once per forward: a few µs
+            rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None
+        if rows is not None and rows != held:
+            raise ValueError(f"layer {layer_idx}: the cache holds {held} rows but the model passed {rows}; call "
+                             "cache.reset() (or build a new DeltaLogCache) before a batch of another size")
 
     def _layers_agree_on_host(self) -> bool:
         """Dynamic mode's per-forward check, the common case: every layer holds one token count in one number of rows,
@@ -1041,7 +1062,7 @@ class DeltaLogCache(DynamicCache):
                 f"the model treats layer {layer_idx} as an attention layer, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
             )
-        self._begin_layer_step(layer_idx, "update")
+        self._begin_layer_step(layer_idx, "update", key_states.shape[0])
         if self.static:
             self._fit_static_rows(layer_idx, "keys", "is_initialized", "cumulative_length", key_states.shape[0])
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
@@ -1053,7 +1074,7 @@ class DeltaLogCache(DynamicCache):
                 f"the model treats layer {layer_idx} as an indexed attention layer, but this DeltaLogCache was built "
                 f"for a config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
             )
-        self._begin_layer_step(layer_idx, "update_indexer")
+        self._begin_layer_step(layer_idx, "update_indexer", indexer_key_states.shape[0])
         if self.static:
             self._fit_static_rows(layer_idx, "indexer_keys", "is_indexer_initialized", "indexer_cumulative_length",
                                   indexer_key_states.shape[0])
@@ -1086,7 +1107,7 @@ class DeltaLogCache(DynamicCache):
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
         self._require_linear(layer_idx)
-        self._begin_layer_step(layer_idx, f"update_conv_state:{state_idx}")
+        self._begin_layer_step(layer_idx, f"update_conv_state:{state_idx}", conv_states.shape[0])
         return super().update_conv_state(conv_states, layer_idx, state_idx, **kwargs)
 
     def _require_linear(self, layer_idx: int) -> DeltaLogLayer:

@@ -594,6 +594,26 @@ def test_qwen4_exp_per_layer_embeddings_decode_and_a_stop_after_them():
             model(nxt, past_key_values=cache, use_cache=True)
 
 
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "qwen4_exp"])  # qwen4_exp's n-gram code fails first
+@pytest.mark.parametrize("rows", [3, 1])
+def test_a_manual_step_with_another_number_of_rows_is_refused_before_anything_moves(family, rows):
+    """A manual step with another number of rows than the cache holds failed inside the model's conv code with torch's
+    "Sizes of tensors must match" RuntimeError, after layer 0 had read its state, so the next valid step was refused as
+    a stopped forward (and on a GPU, transformers' layers run conv kernels that update the window in place without a
+    row check). Now the forward's first cache call compares the rows with the cache's and raises a ValueError before
+    anything moves; the next valid step matches a cache that never saw the call."""
+    model = tiny_model(family)
+    ids, nxt = prompt_ids(2, 5), prompt_ids(2, 1, seed=4)
+    cache, clean = (DeltaLogCache(model, backend="torch", merge_interval=3) for _ in range(2))
+    with torch.no_grad():
+        for c in (cache, clean):
+            model(ids, past_key_values=c, use_cache=True)
+        with pytest.raises(ValueError, match=f"holds 2 rows but the model passed {rows}; call cache.reset"):
+            model(prompt_ids(rows, 1, seed=3), past_key_values=cache, use_cache=True)
+        got = model(nxt, past_key_values=cache, use_cache=True).logits
+        assert torch.equal(got, model(nxt, past_key_values=clean, use_cache=True).logits)
+
+
 def test_a_manual_loop_with_reads_between_steps_is_not_refused():
     """The per-forward check must not refuse a valid manual loop: reads of the state between steps (conv window,
     materialize, the sequence length) are not a stopped forward, and the loop matches DynamicCache step by step."""
