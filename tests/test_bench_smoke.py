@@ -154,3 +154,14 @@ def test_gpu_compile_check_cpu_smoke(tmp_path):
     results = json.loads(out.read_text())["results"]
     assert [r["operator"] for r in results] == ["gdn", "rwkv6"]
     assert all(r["identical"] and r["final_length"] == [2, 3, 0, 1] for r in results)
+
+
+def test_cache_host_overhead_script_runs():
+    """eval/cache_host_overhead.py on a tiny config: the guard's check runs in its common case and the two decode
+    variants (with and without the guard) both run; the numbers themselves are for the CPU report, not asserted."""
+    spec = importlib.util.spec_from_file_location("cache_host_overhead", SCRIPT.parent / "cache_host_overhead.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result = script.main(["--layers", "4", "--steps", "2", "--repeats", "1"])
+    assert result["check_common_case_us"] > 0 and result["check_slow_path_us"] > 0
+    assert set(result["step_ms_runs"]) == {"guard", "no_guard"} and all(len(v) == 1 for v in result["step_ms_runs"].values())
