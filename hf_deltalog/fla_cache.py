@@ -592,8 +592,13 @@ class FLADeltaLogCache(FLACache):
         # drives the cache layer by layer) only stores
         forward = sys._getframe(1).f_globals.get("__name__", "").startswith("fla.")
         ffn_only = ffn_state is not None and recurrent_state is None and attn_state is None
-        if forward:
-            self._begin_step(layer_idx, "ffn" if ffn_only else "store", ("read", "store") if ffn_only else ("read",))
+        if forward and self._begin_step(layer_idx, "ffn" if ffn_only else "store",
+                                        ("read", "store") if ffn_only else ("read",)):
+            # a forward that begins with a store (an attention layer first: FLA's attention reads its state dict
+            # directly, not through get_layer_cache) is checked for rows here, before the store
+            first = attn_state[0] if isinstance(attn_state, (tuple, list)) and attn_state else \
+                recurrent_state if isinstance(recurrent_state, torch.Tensor) else ffn_state
+            self._refuse_other_rows(first.shape[0] if isinstance(first, torch.Tensor) else None, layer_idx)
         out = layer.update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
                            ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs)
         if forward and self.spec.ffn_state and not ffn_only:
@@ -662,16 +667,19 @@ class FLADeltaLogCache(FLACache):
             ValueError: another number of rows while the cache holds tokens (nothing has changed yet).
         """
         if self.get_seq_length() == 0 or self.batch_size < 0:
-            return
+            return  # (before reading the frame's locals)
         local = layer_frame.f_locals
         extra = local.get("kwargs")
         cu_seqlens = local.get("cu_seqlens")
         if cu_seqlens is None and isinstance(extra, dict):
             cu_seqlens = extra.get("cu_seqlens")
         x = local.get("hidden_states")
-        rows = cu_seqlens.shape[0] - 1 if isinstance(cu_seqlens, torch.Tensor) else \
-            x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None
-        if rows is not None and rows != self.batch_size:
+        self._refuse_other_rows(cu_seqlens.shape[0] - 1 if isinstance(cu_seqlens, torch.Tensor) else
+                                x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None, layer_idx)
+
+    def _refuse_other_rows(self, rows: int | None, layer_idx: int) -> None:
+        """Raise ValueError when ``rows`` (None: unknown) differs from the rows of a cache that holds tokens."""
+        if rows is not None and self.get_seq_length() > 0 and 0 <= self.batch_size != rows:
             raise ValueError(
                 f"layer {layer_idx}: the cache holds {self.batch_size} rows but the model passed {rows}; call "
                 "cache.reset() (or build a new DeltaLogCache) before a batch of another size"

@@ -114,3 +114,28 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def max_logit_diff(a, b) -> float:
     return max(max_abs(x, y) for x, y in zip(a.logits, b.logits))
+
+
+def torch_flash_attn_func(q, k, v, causal=True, window_size=(-1, -1), **_):
+    """A PyTorch stand-in for flash-attn's ``flash_attn_func`` (not installable without a GPU), so that FLA's attention
+    layers run on the CPU: ``q`` ``[B, Tq, H, D]``, ``k``/``v`` ``[B, Tk, Hkv, D]``, causal with the queries aligned to
+    the last keys, sliding window ``(left, 0)`` when ``window_size[0] >= 0``; fp32 softmax."""
+    Tq, H, D = q.shape[1], q.shape[2], q.shape[3]
+    Tk = k.shape[1]
+    k, v = (t.repeat_interleave(H // t.shape[2], 2).float() for t in (k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k) / D ** 0.5
+    query = torch.arange(Tq)[:, None] + (Tk - Tq)
+    key = torch.arange(Tk)[None, :]
+    visible = key <= query if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+    if window_size[0] >= 0:
+        visible &= key >= query - window_size[0]
+    return torch.einsum("bhqk,bkhd->bqhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), v).to(q.dtype)
+
+
+def hybrid_gated_deltanet(attention_layers: list[int], window_size: int | None, layers: int = 2, seed: int = 0):
+    """A tiny FLA GatedDeltaNet model whose ``attention_layers`` are FLA's softmax attention (2 heads, optional sliding
+    window). Build and run it inside ``monkeypatch.setattr("fla.layers.attn.flash_attn_func", torch_flash_attn_func)``."""
+    config = family_config("gated_deltanet", layers)
+    config.attn = {"layers": attention_layers, "num_heads": 2, "num_kv_heads": 2, "window_size": window_size}
+    torch.manual_seed(seed)
+    return GatedDeltaNetForCausalLM(config).eval()

@@ -6,6 +6,7 @@ import functools
 
 import pytest
 import torch
+from fla.models.utils import Cache
 from helpers import FAMILIES, PAD, generate_ours, generate_ref, max_abs, max_logit_diff, prompt_ids, tiny_model
 
 from hf_deltalog import DeltaLogCache
@@ -373,6 +374,61 @@ def test_a_manual_step_with_another_number_of_rows_is_refused_before_the_conv(fa
             model(prompt_ids(rows, 1, seed=3), past_key_values=cache, use_cache=True)
         got = model(nxt, past_key_values=cache, use_cache=True).logits
         assert torch.equal(got, model(nxt, past_key_values=clean, use_cache=True).logits)
+
+
+@pytest.mark.parametrize("window_size", [None, 2])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_another_number_of_rows_is_refused_when_an_attention_layer_comes_first(monkeypatch, window_size, rows):
+    """With an FLA attention layer first, a forward begins with that layer's store (FLA's attention reads its state
+    dict directly, not through get_layer_cache), which the row check did not see: with a sliding window a 1-row step
+    into a 2-row cache broadcast its keys into both rows, then failed with a torch RuntimeError and left the cache
+    refusing every later step; other cases failed with a RuntimeError (found by the seventeenth review). Now the store
+    is refused with a ValueError before anything moves. (flash-attn needs a GPU: a PyTorch stand-in runs FLA's
+    attention here, and the valid steps match FLA's own Cache.)"""
+    from helpers import hybrid_gated_deltanet, torch_flash_attn_func
+
+    monkeypatch.setattr("fla.layers.attn.flash_attn_func", torch_flash_attn_func)
+    model = hybrid_gated_deltanet([0], window_size)
+    ids, nxt = prompt_ids(2, 5), prompt_ids(2, 1, seed=4)
+    cache, fla_cache = DeltaLogCache(model, merge_interval=3, backend="torch"), Cache()
+    with torch.no_grad():
+        for c in (cache, fla_cache):
+            model(ids, past_key_values=c, use_cache=True)
+        with pytest.raises(ValueError, match=f"holds 2 rows but the model passed {rows}; call cache.reset"):
+            model(prompt_ids(rows, 1, seed=3), past_key_values=cache, use_cache=True)
+        for _ in range(2):
+            got = model(nxt, past_key_values=cache, use_cache=True).logits
+            assert max_abs(got, model(nxt, past_key_values=fla_cache, use_cache=True).logits) < 1e-5
+
+
+@pytest.mark.parametrize("attention_layers, window_size", [([1], None), ([0], 2)])
+def test_hybrid_with_attention_layers_generate_and_a_stopped_manual_step(monkeypatch, attention_layers, window_size):
+    """FLA's GatedDeltaNet with softmax attention layers (FLA's `attn` config; on the CPU through a PyTorch stand-in
+    for flash-attn): greedy generate gives FLA's own cache's tokens and logits (one turn: FLA's attention takes no
+    multi-token continuation under an attention mask, with its own cache too), and a manual step stopped between the
+    layers is refused at the next step (with an attention layer first, that step begins with a store)."""
+    from helpers import hybrid_gated_deltanet, torch_flash_attn_func
+
+    monkeypatch.setattr("fla.layers.attn.flash_attn_func", torch_flash_attn_func)
+    model = hybrid_gated_deltanet(attention_layers, window_size, layers=3)
+    ids = prompt_ids(2, 4, seed=8)
+    cache = DeltaLogCache(model, merge_interval=3)
+    out = generate_ours(model, ids, cache, max_new_tokens=4, **GREEDY)
+    ref, _ = generate_ref(model, ids, max_new_tokens=4, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences)
+    assert max_logit_diff(out, ref) < 1e-5
+
+    def stop(module, args):
+        handle.remove()
+        raise KeyboardInterrupt
+
+    nxt = prompt_ids(2, 1, seed=10)
+    with torch.no_grad():
+        handle = model.model.layers[2].register_forward_pre_hook(stop)
+        with pytest.raises(KeyboardInterrupt):
+            model(nxt, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
+            model(nxt, past_key_values=cache, use_cache=True)
 
 
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
