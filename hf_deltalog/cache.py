@@ -33,7 +33,13 @@ from typing import Any, Callable
 
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
-from transformers.cache_utils import CacheLayerMixin, DynamicCache, LinearAttentionLayer, StaticCache
+from transformers.cache_utils import (
+    CacheLayerMixin,
+    DynamicCache,
+    DynamicIndexedLayer,
+    LinearAttentionLayer,
+    StaticCache,
+)
 
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -916,8 +922,15 @@ class DeltaLogCache(DynamicCache):
         self._order = StepOrder()  # dynamic mode: where the model's forward is (see _begin_layer_step)
         # The layers' kinds, fixed from here on: the per-forward check walks these lists
         self._linear_layers = [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
-        self._counted_layers = [layer for layer in self.layers
+        self._counted_layers = [(i, layer) for i, layer in enumerate(self.layers)
                                 if not isinstance(layer, DeltaLogLayer) and isinstance(layer, CacheLayerMixin)]
+        # DSA layers that store indexer keys at every step (GLM-5's "shared" layers reuse another layer's selection
+        # and store none): keys without indexer keys there mean a forward stopped between the two stores
+        indexer_types = getattr(config, "indexer_types", None)
+        self._indexing_layers = {
+            i for i, layer in enumerate(self.layers) if isinstance(layer, DynamicIndexedLayer)
+            and not (isinstance(indexer_types, (list, tuple)) and i < len(indexer_types) and indexer_types[i] == "shared")
+        }
         # Every family, not only this one: a cache used by a model of another family must meet a dispatcher that
         # recognises it and says so, not an upstream kernel.
         patch()
@@ -996,14 +1009,22 @@ class DeltaLogCache(DynamicCache):
             counts.add(layer._seen if layer.base is not None else 0)
             if layer.base is not None:
                 rows.add(layer.base.shape[0])
-        for layer in self._counted_layers:
+        for i, layer in self._counted_layers:
             tokens = int(layer.get_seq_length())
             counts.add(tokens)
-            indexer = getattr(layer, "indexer_keys", None)
-            if indexer is not None and getattr(layer, "is_indexer_initialized", False) and indexer.dim() == 3 \
-                    and indexer.shape[1] != tokens:
+            if self._indexer_incomplete(i, layer, tokens):
                 return False
         return len(counts) <= 1 and len(rows) <= 1
+
+    def _indexer_incomplete(self, layer_idx: int, layer: Any, tokens: int) -> bool:
+        """Dynamic mode: whether DSA layer ``layer_idx`` holds ``tokens`` keys but another number of indexer keys (none
+        at all, where the layer stores them every step): a forward stopped between its two stores."""
+        if self.static:
+            return False
+        indexer = getattr(layer, "indexer_keys", None)
+        if getattr(layer, "is_indexer_initialized", False) and isinstance(indexer, torch.Tensor) and indexer.dim() == 3:
+            return indexer.shape[1] != tokens
+        return tokens > 0 and layer_idx in self._indexing_layers
 
     def _check_model(self, model: Any) -> None:
         """Raise ValueError (changing nothing) unless ``model`` has the configuration this cache was built for and can
@@ -1297,9 +1318,7 @@ class DeltaLogCache(DynamicCache):
         for i, layer in enumerate(self.layers):  # the attention layers count their tokens too
             if not isinstance(layer, DeltaLogLayer) and isinstance(layer, CacheLayerMixin):
                 tokens[i] = int(layer.get_seq_length())
-                indexer = getattr(layer, "indexer_keys", None)  # DSA layers: keys and indexer keys, two calls a step
-                if not self.static and isinstance(indexer, torch.Tensor) and indexer.dim() == 3 \
-                        and getattr(layer, "is_indexer_initialized", False) and indexer.shape[1] != tokens[i]:
+                if self._indexer_incomplete(i, layer, tokens[i]):  # DSA layers: keys and indexer keys, two stores
                     interrupted.append(i)
         # Layers with one merge interval hold logs of one length (row by row); in static mode, where the layers share
         # one step counter, a decode step that stopped between two layers shows only there

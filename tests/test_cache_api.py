@@ -472,6 +472,7 @@ def _stop_once(cache, method, layer_idx):
     ("qwen3_5", "update_recurrent_state", 0),  # inside linear layer 0, its conv window moved
     ("kimi_linear", "update_recurrent_state", 2),
     ("glm5_next", "update_indexer", 1),  # inside an indexed attention layer: keys stored, indexer keys not
+    ("glm5_next", "update_indexer", 3),  # the same in the last layer: every token count agrees
 ])
 def test_a_manual_step_after_a_stopped_forward_is_refused(family, where, layer, phase):
     """A manual decode loop (model(x, past_key_values=cache) per step) that went on after a forward stopped between
@@ -612,6 +613,27 @@ def test_a_manual_step_with_another_number_of_rows_is_refused_before_anything_mo
             model(prompt_ids(rows, 1, seed=3), past_key_values=cache, use_cache=True)
         got = model(nxt, past_key_values=cache, use_cache=True).logits
         assert torch.equal(got, model(nxt, past_key_values=clean, use_cache=True).logits)
+
+
+def test_a_shared_dsa_layer_without_indexer_keys_is_not_a_stopped_step():
+    """Keys without indexer keys in a DSA layer count as a stopped step (a first prefill stopped between the two stores),
+    except in GLM-5's "shared" layers, which reuse the previous layer's top-k and never store indexer keys: generate and
+    a manual loop on such a config run as with DynamicCache."""
+    cfg = family_config("glm5_next")
+    cfg.text_config.layer_types = ["linear_attention", "indexed_attention", "indexed_attention", "linear_attention"]
+    cfg.text_config.indexer_types = ["full", "full", "shared", "full"]  # layer 2 reuses layer 1's selection
+    torch.manual_seed(0)
+    model = transformers.Glm5NextForConditionalGeneration(cfg).eval()
+    ids = prompt_ids(2, 6)
+    greedy = dict(do_sample=False, return_dict_in_generate=True, output_logits=True, max_new_tokens=5)
+    with torch.no_grad():
+        ours = DeltaLogCache(model, backend="torch", merge_interval=3)
+        got = model.generate(ids, past_key_values=ours, **greedy)
+        want = model.generate(ids, past_key_values=DynamicCache(config=model.config), **greedy)
+        assert torch.equal(got.sequences, want.sequences)
+        assert max(max_abs(a, b) for a, b in zip(got.logits, want.logits)) < 1e-5
+        assert [getattr(layer, "is_indexer_initialized", None) for layer in ours.layers] == [None, True, False, None]
+        model(got.sequences[:, -1:], past_key_values=ours, use_cache=True)  # a manual step after generate
 
 
 def test_a_manual_loop_with_reads_between_steps_is_not_refused():
