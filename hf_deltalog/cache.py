@@ -993,9 +993,7 @@ class DeltaLogCache(DynamicCache):
             frame = _caller_outside_this_file()
             x = frame.f_locals.get("hidden_states") if frame is not None else None  # once per forward: a few µs
             rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None
-        if rows is not None and rows != held:
-            raise ValueError(f"layer {layer_idx}: the cache holds {held} rows but the model passed {rows}; call "
-                             "cache.reset() (or build a new DeltaLogCache) before a batch of another size")
+        check_rows_match(layer_idx, held, rows)
 
     def _layers_agree_on_host(self) -> bool:
         """Dynamic mode's per-forward check, the common case: every layer holds one token count in one number of rows,
@@ -1417,10 +1415,19 @@ class StepOrder:
         """Record ``call`` by layer ``layer_idx``; True when it begins a new forward."""
         new = layer_idx < self.layer or (layer_idx == self.layer and call in self.calls)
         if new or layer_idx != self.layer:
-            self.layer, self.calls = layer_idx, set()
+            self.layer = layer_idx
+            self.calls.clear()
         self.calls.update(calls_before)
         self.calls.add(call)
         return new
+
+
+def check_rows_match(layer_idx: int, held: int, rows: int | None) -> None:
+    """Raise ValueError when a forward brings ``rows`` rows (None: not known) to a cache whose layers hold ``held``
+    rows of tokens. Shared by :class:`DeltaLogCache` and the FLA cache."""
+    if rows is not None and rows != held:
+        raise ValueError(f"layer {layer_idx}: the cache holds {held} rows but the model passed {rows}; call "
+                         "cache.reset() (or build a new DeltaLogCache) before a batch of another size")
 
 
 def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interrupted: list[int] = ()) -> None:

@@ -58,6 +58,7 @@ from hf_deltalog.cache import (
     check_layers_agree,
     check_repeats,
     check_row_indices,
+    check_rows_match,
     memory_breakdown_of,
 )
 from hf_deltalog.kernels._op import interpreting
@@ -679,11 +680,8 @@ class FLADeltaLogCache(FLACache):
 
     def _refuse_other_rows(self, rows: int | None, layer_idx: int) -> None:
         """Raise ValueError when ``rows`` (None: unknown) differs from the rows of a cache that holds tokens."""
-        if rows is not None and self.get_seq_length() > 0 and 0 <= self.batch_size != rows:
-            raise ValueError(
-                f"layer {layer_idx}: the cache holds {self.batch_size} rows but the model passed {rows}; call "
-                "cache.reset() (or build a new DeltaLogCache) before a batch of another size"
-            )
+        if rows is not None and self.get_seq_length() > 0 and self.batch_size >= 0:
+            check_rows_match(layer_idx, self.batch_size, rows)
 
     def __iter__(self):
         for layer in self.layers:  # not through __getitem__: iterating is not a forward's read
