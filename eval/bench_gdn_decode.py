@@ -366,11 +366,6 @@ def make_deltalog_set(torch, s: Shape, M: int, v_first: bool, device, gen):
     )
 
 
-def reset_deltalog_set(st):
-    st["length"].zero_()
-    st["log_decay"].zero_()
-
-
 def n_sets(s: Shape, l2_bytes: int, max_sets: int, min_sets: int = 1) -> int:
     return max(1, min_sets, min(max_sets, math.ceil(4 * l2_bytes / s.state_bytes)))
 
@@ -438,12 +433,14 @@ def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, launch=None):
     """Whole cycles of our kernel. ``launch``: launch-option overrides; its optional ``"merge"`` entry holds
     overrides for the merge step only (the cycle's last launch: every row merges there), so a merge-specific tile
     can be timed against the one the appends use."""
+    from hf_deltalog.cache import restart_log
+
     torch, timer, dev = ctx["torch"], ctx["timer"], ctx["device"]
     launch = dict(launch or {})
     merge_overrides = launch.pop("merge", {})
-    # "_stagger": row r starts its cycle at log length r mod M (its first r mod M entries are zero entries, which are
-    # exact no-ops), so every launch holds rows of every phase and 1/M of the rows merge at each step, instead of all
-    # rows appending together and merging together. Timing experiment: the cache starts every row at length 0.
+    # "_stagger": every cycle starts as DeltaLogCache(stagger_merges=True) restarts a log after a prefill: row r at
+    # r mod M zero entries (exact no-ops), so each launch holds rows of every phase and 1/M of the rows merge at each
+    # step; without it all rows start empty, append together and merge together.
     stagger = bool(launch.pop("_stagger", False))
     merge_launch = {**launch, **merge_overrides}
     gen = torch.Generator().manual_seed(100 + M)
@@ -451,11 +448,7 @@ def bench_deltalog(ctx, s: Shape, M: int, v_first: bool, R: int, launch=None):
     inputs = [make_inputs(torch, s, ctx["act_dtype"], dev, gen) for _ in range(R)]
 
     def start(st):
-        reset_deltalog_set(st)
-        if stagger:
-            for name in ("k_log", "u_log", "decay_log"):
-                st[name].zero_()
-            st["length"].copy_(torch.arange(s.B, device=st["length"].device, dtype=torch.int32) % M)
+        restart_log(st["log_decay"], st["k_log"], st["u_log"], st["decay_log"], st["length"], stagger)
 
     def step(r, opts):
         st = sets[r]
@@ -632,6 +625,8 @@ def measure_bandwidth(ctx, nbytes: int):
 
 def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
     """Relative errors vs float64 of ours (each M, both layouts) and FLA over a ``steps``-token rollout."""
+    from hf_deltalog.cache import restart_log
+
     torch, dev = ctx["torch"], ctx["device"]
     naive_recurrent, materialize = OP.references()
 
@@ -652,11 +647,14 @@ def rollout_numerics(ctx, B: int, steps: int, Ms, shape_kw):
         for v_first in (False, True):
             st = make_deltalog_set(torch, s, M, v_first, dev, gen)
             st["base"].zero_()
+            launch = dict(ctx.get("launch") or {})
+            restart_log(st["log_decay"], st["k_log"], st["u_log"], st["decay_log"], st["length"],
+                        bool(launch.pop("_stagger", False)))
             outs = []
             for t in range(steps):
                 outs.append(OP.decode(*xs[t], st["base"], st["log_decay"], st["k_log"], st["u_log"],
                                       st["decay_log"], st["length"], st["workspace"], state_v_first=v_first,
-                                      launch=ctx.get("launch")))
+                                      launch=launch))
             S = materialize(st["base"], st["log_decay"], st["k_log"], st["u_log"], st["decay_log"],
                             st["length"], state_v_first=v_first)
             rec["results"].append(dict(variant="ours", M=M, layout="VK" if v_first else "KV",
@@ -997,6 +995,9 @@ def parse_args(argv=None):
     p.add_argument("--watchdog-s", type=float, default=0.0,
                    help="dump every thread's Python stack to stderr when no progress line came for this many seconds "
                         "(repeated), and on SIGTERM; 0 (default) = off")
+    p.add_argument("--stagger", action="store_true",
+                   help="start every cycle with staggered row phases, as DeltaLogCache(stagger_merges=True) does "
+                        "(row r at r mod M zero entries; the cache's default); without it all rows start empty")
     p.add_argument("--no-numerics", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
     args = p.parse_args(argv)
@@ -1079,6 +1080,8 @@ def run(args):
         ctx["dense_compiled"] = torch.compile(dense)
 
     launch = dict(block_v=args.block_v, num_warps=args.num_warps)
+    if args.stagger:
+        launch["_stagger"] = True
     if OP.name == "gdn":
         launch.update(heads_per_program=args.heads_per_program,
                       raw_qk=None if args.raw_qk is None else bool(args.raw_qk), prepare_warps=args.prepare_warps)

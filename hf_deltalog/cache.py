@@ -62,6 +62,31 @@ DENSE_BELOW_STATE_BYTES = {"gdn": 64 << 20, "kda": 16 << 20, "rwkv6": 16 << 20}
 KERNEL_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor,
+                length: torch.Tensor, stagger: bool) -> None:
+    """Restart a layer's log after a new dense base (prefill, multi-token forward), in place.
+
+    ``stagger=False``: every row starts empty (``length = 0``), so all rows append together and merge together, every
+    ``M``-th step. ``stagger=True``: row ``r`` starts at ``length = r mod M`` with that many zero entries (``K_i = 0``,
+    ``U_i = 0``, ``λ_i = 0``). A zero entry adds ``exp(ℓ̄ − Λ_i) K_i U_iᵀ = 0`` to the logical state, exactly, and
+    leaves ``ℓ̄`` at 0, so the state is the base's either way; but then ``1/M`` of the rows merge at each step, and
+    every step of a launch does the same work (eval/results/h200/NOTES.md, round 47: 1-2 % less time per token than
+    aligned phases at B = 64-512, and no merge step 2x slower than the others). Each row still merges every ``M``
+    steps, its first merge after ``M − (r mod M)`` steps.
+
+    Shapes as in the module docstring (``C = M − 1`` slots; ``C = 0`` has no log and nothing to stagger). Allocates
+    one ``[B]`` int32 tensor when staggering: not for a captured decode step (prefill runs eagerly).
+    """
+    log_decay.zero_()
+    C = k_log.shape[2]
+    if not stagger or C == 0:
+        length.zero_()
+        return
+    for t in (k_log, u_log, decay_log):
+        t.zero_()  # every slot a zero entry: the slots below each row's start length are its live zero entries
+    length.copy_(torch.arange(length.shape[0], device=length.device, dtype=length.dtype) % (C + 1))
+
+
 def _fla_dense_decode(operator: str) -> Callable | None:
     """FLA's dense decode kernel of ``operator`` (``fused_recurrent_gated_delta_rule`` / ``fused_recurrent_kda``,
     the fastest dense kernels we know), or None where FLA is missing or unusable."""
@@ -208,6 +233,10 @@ class DeltaLogLayer(LinearAttentionLayer):
         backend: ``"auto"``, ``"torch"`` or ``"triton"`` (resolved when the buffers are allocated).
         layer_idx: the model layer this cache layer serves.
         number_of_states: conv states of the layer (transformers' ``number_of_conv_states``).
+        stagger_merges: True: start row ``r``'s log at ``r mod M`` zero entries after each prefill, so that the rows
+            merge at different steps (:func:`restart_log`); False: every row merges at the same step; None (default):
+            staggered unless the layer can crop (``crop_ring``, or transformers' past recording active at the
+            prefill), since a staggered batch of ``B ≥ M`` rows always holds a row that has just merged.
 
     Raises:
         TypeError: a non-integer ``merge_interval``.
@@ -221,7 +250,8 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
                  layer_idx: int, number_of_states: int = 1, status: _Status | None = None,
-                 auto_merge_interval: bool = False, static: bool = False, crop_ring: bool = False):
+                 auto_merge_interval: bool = False, static: bool = False, crop_ring: bool = False,
+                 stagger_merges: bool | None = None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if merge_interval is None:
@@ -234,6 +264,8 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.static = static
         self.is_compileable = static
         self.crop_ring = crop_ring
+        self.stagger_merges = stagger_merges
+        self.staggered = False  # whether the log's last restart staggered the rows
         # Static mode: decode steps are counted on the device by a counter shared by the cache's layers on that device
         # (`_Status.step_counter`); this layer's count is the counter minus `_counter_mark`, its value at the last fold.
         self.step_counter: torch.Tensor | None = None
@@ -255,6 +287,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.base = self.log_decay = self.k_log = self.u_log = self.decay_log = self.length = None
         self.workspace = self.conv_ring = self.conv_pos = None
         self._seen = 0  # tokens consumed (host count; static mode: decode steps are on the device step counter)
+        self._log_start = 0  # `_seen` when the log last restarted: no row's log holds more decoded tokens than this
         self._pending = 0  # tokens of the current forward seen by update_conv_state
         # A forward is inside this layer: set when the model reads its recurrent state or updates the conv window
         # (before it moves the window), cleared when the layer stores its recurrent state. Still set at the next
@@ -425,13 +458,15 @@ class DeltaLogLayer(LinearAttentionLayer):
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
             self._allocate(batch, recurrent_states.device)
         self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
-        self.log_decay.zero_()
-        self.length.zero_()
+        self.staggered = self.stagger_merges if self.stagger_merges is not None else \
+            not (self.crop_ring or self.record_past)
+        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.staggered)
         if self.crop_ring:
             self._seed_conv_ring()
         if self.static:
             self._fold_decoded()  # outside the decode path
         self._seen += self._pending
+        self._log_start = self._seen
         self._pending = 0
         self._in_step = False
         return self.handle
@@ -582,6 +617,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.step_counter is not None:
             self._counter_mark = int(self.step_counter)  # the shared counter runs on; this layer starts from here
         self._seen = 0
+        self._log_start = 0
         self._pending = 0
         self._in_step = False
 
@@ -619,12 +655,19 @@ class DeltaLogLayer(LinearAttentionLayer):
                 "DeltaLogCache(..., crop_ring=True) (about the log's memory again), or call "
                 "cache.activate_past_recording() before decoding the tokens you may crop"
             )
-        live = int(self.length.min())
+        # A row's log holds its decoded tokens since its last merge, after its leading zero entries when its phase
+        # is staggered (restart_log) and it has not merged since the restart: no more than the decoded tokens since
+        # the restart, nor than its length.
+        live = min(int(self.length.min()), seen - self._log_start)
         if tokens > live:
+            staggered = (" Its rows merge at different steps (stagger_merges), so some row has merged recently; build "
+                         "the cache with stagger_merges=False, crop_ring=True, or call activate_past_recording() "
+                         "before the prefill, to keep the same recent tokens in every row's log."
+                         if self.staggered else "")
             raise ValueError(
                 f"cannot crop {tokens} tokens exactly: layer {self.layer_idx} keeps only its last {live} decoded "
                 f"tokens in the log (merge interval M={self.merge_interval}; the log restarts after every merge, "
-                "prefill and multi-token forward); older tokens are merged into the dense base"
+                f"prefill and multi-token forward); older tokens are merged into the dense base.{staggered}"
             )
         if any(self.is_conv_states_initialized[i] for i in range(1, self.number_of_states)) and not self.record_past:
             raise ValueError(
@@ -811,7 +854,8 @@ class DeltaLogCache(DynamicCache):
     the default cache gives. Attention layers are transformers' ``DynamicLayer`` s; each linear-attention layer is a
     :class:`DeltaLogLayer`. Building the cache applies :func:`hf_deltalog.patch` (every supported family). For
     flash-linear-attention's model classes (``fla.models``) ``DeltaLogCache(model)`` builds an
-    :class:`hf_deltalog.fla_cache.FLADeltaLogCache` instead, which takes ``merge_interval`` and ``backend`` only.
+    :class:`hf_deltalog.fla_cache.FLADeltaLogCache` instead, which takes ``merge_interval``, ``backend`` and
+    ``stagger_merges`` only.
 
     Args:
         model_or_config: the model, or its config (a wrapper config resolves to its text config).
@@ -833,6 +877,13 @@ class DeltaLogCache(DynamicCache):
             without transformers' past recording (default off). It costs about the log's memory again: 5-9 % of the
             fp32 state for Qwen3.5's and Kimi-Linear's layers in bf16 at M = 4-8 (``memory_breakdown()``). Without it,
             ``crop(-n)`` with ``n > 0`` raises ValueError unless ``activate_past_recording()`` was called.
+        stagger_merges: True: after each prefill, row ``r``'s log starts with ``r mod M`` zero entries (exact
+            no-ops), so ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th step: the
+            same work per token, spread evenly over the steps (1-2 % faster per token on an H200 at B = 64-512, and
+            no step twice as slow as the others). False: every row merges at the same step. None (default):
+            staggered unless the cache is set up to crop (``crop_ring=True``, or ``activate_past_recording()`` called
+            before the prefill): ``crop(-n)`` needs the last ``n`` tokens in every row's log, and a staggered batch
+            of ``B ≥ M`` rows always holds a row that has just merged.
 
     Raises:
         TypeError: not a model/config, or a non-integer ``merge_interval``.
@@ -855,13 +906,15 @@ class DeltaLogCache(DynamicCache):
                 if transformers_only:
                     raise ValueError(
                         f"{', '.join(transformers_only)}: options of DeltaLogCache for transformers' models; for "
-                        "flash-linear-attention's model classes it takes merge_interval and backend only (FLA's "
+                        "flash-linear-attention's model classes it takes merge_interval, backend and stagger_merges "
+                        "only (FLA's "
                         "generate has no static cache, and crop is not supported there)")
                 return FLADeltaLogCache(model_or_config, *args, **kwargs)
         return super().__new__(cls)
 
     def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
-                 static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False):
+                 static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False,
+                 stagger_merges: bool | None = None):
         config = _config_of(model_or_config).get_text_config(decoder=True)
         model_type = getattr(config, "model_type", None)
         try:
@@ -885,6 +938,9 @@ class DeltaLogCache(DynamicCache):
         for name, flag in (("static", static), ("crop_ring", crop_ring)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False; got {flag!r}")
+        if stagger_merges is not None and not isinstance(stagger_merges, bool):
+            raise TypeError(f"stagger_merges must be True, False or None (staggered unless the cache can crop); got "
+                            f"{stagger_merges!r}")
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type
@@ -915,7 +971,7 @@ class DeltaLogCache(DynamicCache):
                 self.layers[i] = DeltaLogLayer(spec, dims, self.merge_interval, backend, layer_idx=i,
                                                number_of_states=layer.number_of_states, status=self._status,
                                                auto_merge_interval=merge_interval is None, static=self.static,
-                                               crop_ring=crop_ring)
+                                               crop_ring=crop_ring, stagger_merges=stagger_merges)
         self._fingerprint = (spec.model_type, tuple(layer_types), dims, _attention_geometry(config))
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order

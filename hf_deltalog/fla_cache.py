@@ -60,6 +60,7 @@ from hf_deltalog.cache import (
     check_row_indices,
     check_rows_match,
     memory_breakdown_of,
+    restart_log,
 )
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -161,14 +162,18 @@ class FLADeltaLogLayer(FLALayer):
         layer_idx: the model layer served.
         auto_merge_interval: ``merge_interval`` is the family default, so the Triton backend may pick ``M = 1`` for
             small states (:data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES`).
+        stagger_merges: start row ``r``'s log at ``r mod M`` zero entries after each prefill
+            (:func:`hf_deltalog.cache.restart_log`).
     """
 
     is_compileable = False
 
     def __init__(self, spec: FLAFamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
-                 layer_idx: int, shared: _Shared | None = None, auto_merge_interval: bool = False):
+                 layer_idx: int, shared: _Shared | None = None, auto_merge_interval: bool = False,
+                 stagger_merges: bool = True):
         super().__init__()
         self.spec = spec
+        self.stagger_merges = stagger_merges
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
         self.merge_interval = self.default_merge_interval = merge_interval
         self.auto_merge_interval = auto_merge_interval
@@ -259,8 +264,7 @@ class FLADeltaLogLayer(FLALayer):
             self.base = state  # FLA's fresh final state in the base's layout; nothing else refers to it
         else:
             self.base.copy_(state if self.state_v_first == self.spec.state_v_first else state.transpose(-1, -2))
-        self.log_decay.zero_()
-        self.length.zero_()
+        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.stagger_merges)
 
     # ------------------------------------------------------------------ FLA's layer API
     def update(self, *, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, offset: int = 1,
@@ -511,9 +515,12 @@ class FLADeltaLogCache(FLACache):
             :data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES` (GDN 64 MiB, KDA and RWKV6 16 MiB: B < 8 at
             H = 32, K = V = 128) decodes densely through FLA's own kernel, where DeltaLog measured slower.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
+        stagger_merges: True or None (default): after each prefill row ``r``'s log starts with ``r mod M`` zero
+            entries, so ``1/M`` of the rows merge at each decode step (:func:`hf_deltalog.cache.restart_log`; FLA's
+            cache has no ``crop``, the one thing this would limit); False: every row merges at the same step.
 
     Raises:
-        TypeError: a non-integer ``merge_interval``.
+        TypeError: a non-integer ``merge_interval``, a ``stagger_merges`` other than True, False or None.
         ValueError: not a model/config of a supported FLA model type, ``merge_interval`` out of range, an unknown
             backend.
     """
@@ -521,7 +528,8 @@ class FLADeltaLogCache(FLACache):
     is_compileable = False
     _deltalog_generate_checks = True  # the generate patch calls _check_model/_before_generate/_after_generate
 
-    def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto"):
+    def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
+                 stagger_merges: bool | None = None):
         config = getattr(model_or_config, "config", model_or_config)
         spec = fla_family_of(config)
         if spec is None:
@@ -535,10 +543,13 @@ class FLADeltaLogCache(FLACache):
         if backend == "triton" and _triton_decoder(spec.operator) is None:
             raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
                              "use backend='auto' or 'torch'")
+        if stagger_merges is not None and not isinstance(stagger_merges, bool):
+            raise TypeError(f"stagger_merges must be True, False or None (staggered); got {stagger_merges!r}")
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type
         self.spec = spec
+        self.stagger_merges = stagger_merges is not False
         super().__init__()
         self._dims = spec.dims(config)
         self._linear = _linear_layers(config)
@@ -562,7 +573,7 @@ class FLADeltaLogCache(FLACache):
         if not self._linear[layer_idx]:
             return FLALayer()
         return FLADeltaLogLayer(self.spec, self._dims, self.merge_interval, self.backend, layer_idx, self._shared,
-                                auto_merge_interval=self._auto_merge)
+                                auto_merge_interval=self._auto_merge, stagger_merges=self.stagger_merges)
 
     @property
     def deltalog_layers(self) -> list[FLADeltaLogLayer]:

@@ -941,6 +941,79 @@ def test_crop_beyond_the_log_raises_and_changes_nothing():
         cache.crop(-20)
 
 
+# ---------------------------------------------------------------------------------------------- staggered merges
+@pytest.mark.parametrize("operator,state_v_first", [("gdn", False), ("gdn", True), ("kda", False)])
+def test_restart_log_staggers_rows_with_exact_no_op_entries(operator, state_v_first):
+    """Row r restarts at r mod M zero entries: the logical state is the base bit for bit, each row then merges every M
+    steps from its own phase, and the staggered log decodes what the dense float64 recurrence gives, as the aligned
+    log does (K != V, HV != Hk)."""
+    from hf_deltalog.cache import restart_log
+    from hf_deltalog.kernels.gdn.naive import (naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize,
+                                               naive_recurrent_gated_delta_rule)
+    from hf_deltalog.kernels.kda.naive import (naive_deltalog_kda_decode, naive_deltalog_kda_materialize,
+                                               naive_recurrent_kda)
+
+    B, Hk, HV, K, V, M, steps = 5, 2, 4, 8, 6, 3, 7
+    gen = torch.Generator().manual_seed(31)
+    per_key = (K,) if operator == "kda" else ()
+    S0 = torch.randn(B, HV, K, V, generator=gen)
+    xs = [(torch.randn(B, 1, Hk, K, generator=gen), torch.randn(B, 1, Hk, K, generator=gen),
+           torch.randn(B, 1, HV, V, generator=gen), -torch.rand(B, 1, HV, *per_key, generator=gen),
+           torch.rand(B, 1, HV, generator=gen)) for _ in range(steps)]
+    dense = naive_recurrent_kda if operator == "kda" else naive_recurrent_gated_delta_rule
+    o_ref, S_ref = dense(*(torch.cat([x[i] for x in xs], 1).double() for i in range(5)), initial_state=S0.double(),
+                         output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+    def run(stagger):
+        base = (S0.transpose(-1, -2) if state_v_first else S0).contiguous().clone()  # decoding merges into it
+        log = [torch.full((B, HV, *per_key), 7.0), torch.full((B, Hk, M - 1, K), 7.0),  # stale values must not count
+               torch.full((B, HV, M - 1, V), 7.0), torch.full((B, HV, M - 1, *per_key), -7.0),
+               torch.full((B,), 1, dtype=torch.int32)]
+        restart_log(*log, stagger=stagger)
+        layout = dict(state_v_first=state_v_first) if operator == "gdn" else {}
+        materialize = naive_deltalog_kda_materialize if operator == "kda" else naive_deltalog_gdn_materialize
+        decode_step = naive_deltalog_kda_decode if operator == "kda" else naive_deltalog_gdn_decode
+        start = log[-1].clone()
+        assert torch.equal(materialize(base, *log, **layout), S0)  # the zero entries add exactly nothing
+        outs, lengths = [], []
+        for x in xs:
+            outs.append(decode_step(*x, base, *log, use_qk_l2norm_in_kernel=True, **layout))
+            lengths.append(log[-1].clone())
+        return start, torch.cat(outs, 1), materialize(base, *log, **layout), torch.stack(lengths)
+
+    start, o, S, lengths = run(stagger=True)
+    assert start.tolist() == [r % M for r in range(B)]
+    assert lengths.T.tolist() == [[(r + t) % M for t in range(1, steps + 1)] for r in range(B)]
+    aligned_start, o_aligned, S_aligned, aligned = run(stagger=False)
+    assert aligned_start.tolist() == [0] * B and aligned.T.tolist() == [[t % M for t in range(1, steps + 1)]] * B
+    for out, state in ((o, S), (o_aligned, S_aligned)):
+        assert rel_err(out, o_ref) <= 1e-5 and rel_err(state, S_ref) <= 1e-5
+
+
+def test_crop_counts_only_decoded_tokens_in_a_staggered_log():
+    """A staggered row's log starts with zero entries: they are not tokens. With row 0 (no zero entries) dropped, the
+    rows' shortest log is longer than the tokens decoded since the prefill, and a crop of more than those is refused;
+    a crop inside them is exact."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 8, seed=13)
+    cache = DeltaLogCache(model, merge_interval=4, crop_ring=True, stagger_merges=True)
+    decode(model, cache, forward(model, ids, cache), 1)
+    assert [layer.length.tolist() for layer in cache.deltalog_layers] == [[1, 2]] * 2
+    cache.batch_select_indices(torch.tensor([1]))
+    snapshot = _crop_snapshot(cache)
+    with pytest.raises(ValueError, match="keeps only its last 1 decoded tokens in the log.*merge at different steps "
+                                         r"\(stagger_merges\).*stagger_merges=False"):
+        cache.crop(-2)
+    _assert_unchanged(cache, snapshot)
+    cache.crop(-1)
+    ref = DeltaLogCache(model, merge_interval=4)
+    forward(model, ids[1:], ref)
+    for i in (0, 2):
+        assert rel_err(cache.materialize(i), ref.materialize(i)) <= 1e-6
+    nxt = prompt_ids(1, 1, seed=7)
+    assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) <= 1e-5
+
+
 # ---------------------------------------------------------------------------------------------- state and memory
 def test_materialize_and_dtype_contract_with_a_bf16_model():
     model = tiny_model("qwen3_5", torch.bfloat16)

@@ -51,7 +51,8 @@ def test_greedy_matches_dynamic_cache(family, dtype):
             assert ((top2[:, 0] - top2[:, 1]) <= bound).all(), "a token differs without a near tie"
     for layer in cache.deltalog_layers:
         assert layer.base.dtype == torch.float32 and layer.k_log.dtype == torch.float32
-        assert layer.length.tolist() == [27 % M] * 3  # the log really filled and merged
+        # the log really filled and merged; row r started at r mod M zero entries (stagger_merges, the default)
+        assert layer.length.tolist() == [(27 + r) % M for r in range(3)]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -253,3 +254,24 @@ def test_merge_interval_policy():
         out = generate(model, ids, cache, max_new_tokens=6, **GREEDY)
         assert torch.equal(out.sequences, ref.sequences), backend
         assert [layer.merge_interval for layer in cache.deltalog_layers] == [expected] * 2, backend
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+def test_stagger_merges_off_aligns_rows_and_both_give_the_default_cache_tokens(family):
+    model = tiny_model(family)
+    ids = prompt_ids(3, 6, seed=12)
+    ref = generate(model, ids, max_new_tokens=11, **GREEDY)
+    # (options, staggered): the default (None) staggers unless the cache is set up to crop
+    for kw, stagger in ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, True),
+                        (dict(crop_ring=True), False), (dict(past_recording=True), False),
+                        (dict(crop_ring=True, stagger_merges=True), True)):
+        cache = DeltaLogCache(model, merge_interval=4, **{k: v for k, v in kw.items() if k != "past_recording"})
+        if kw.get("past_recording"):
+            cache.activate_past_recording()
+        out = generate(model, ids, cache, max_new_tokens=11, **GREEDY)
+        assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4, kw
+        expected = [(10 + (r if stagger else 0)) % 4 for r in range(3)]  # 10 decode steps after the prefill
+        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
+    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered unless the cache can "
+                                        r"crop\); got 1"):
+        DeltaLogCache(model, stagger_merges=1)

@@ -67,7 +67,21 @@ def test_greedy_matches_fla_cache(family, merge_interval):
     assert M == (merge_interval or {"rwkv6": 8, "gated_deltanet": 8, "kda": 4}[family])
     layers = cache.deltalog_layers
     assert len(layers) == 2 and all(layer.backend == "torch" for layer in layers)
-    assert all(layer.length.tolist() == [(NEW - 1) % M] * 2 for layer in layers)  # the log filled and merged
+    # the log filled and merged; row r started at r mod M zero entries (stagger_merges, the default)
+    assert all(layer.length.tolist() == [(NEW - 1 + r) % M for r in range(2)] for layer in layers)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_stagger_merges_off_aligns_rows_and_both_give_fla_cache_tokens(family):
+    model, ref = tiny_model(family), greedy_ref(family)
+    for stagger in (None, True, False):  # None, the default, staggers (FLA's cache has no crop)
+        cache = DeltaLogCache(model, merge_interval=4, stagger_merges=stagger)
+        out = generate_ours(model, prompt_ids(2, PROMPT), cache, max_new_tokens=NEW, **GREEDY)
+        assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4
+        expected = [(NEW - 1 + (r if stagger is not False else 0)) % 4 for r in range(2)]
+        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers)
+    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered\); got 'no'"):
+        DeltaLogCache(model, stagger_merges="no")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -81,7 +95,7 @@ def test_triton_backend_greedy(family):
     for layer in cache.deltalog_layers:
         H, K, V = layer.num_v_heads, layer.k_head_dim, layer.v_head_dim
         assert layer.backend == "triton" and tuple(layer.base.shape) == (2, H, V, K)
-        assert layer.length.tolist() == [(NEW - 1) % 3] * 2
+        assert layer.length.tolist() == [(NEW - 1 + r) % 3 for r in range(2)]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
