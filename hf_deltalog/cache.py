@@ -62,6 +62,21 @@ DENSE_BELOW_STATE_BYTES = {"gdn": 64 << 20, "kda": 16 << 20, "rwkv6": 16 << 20}
 KERNEL_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+# Where staggered merge phases (restart_log) measured faster than aligned ones on an H200 (eval/results/h200/NOTES.md,
+# rounds 47 and 49; one process per operator, aligned / staggered / aligned per point, H = 32, K = V = 128): every point
+# with at least 128 MiB of fp32 state per layer (B >= 64) at M = 4 and 8, for GDN, KDA and RWKV6 (0.2-2.3 % less time
+# per token); mixed below (B = 8 and 32: -2.0 % to +3.7 %) and slower at M = 16 (B = 128: +0.5 to +1.9 %).
+STAGGER_FROM_STATE_BYTES = 128 << 20
+STAGGER_MERGE_INTERVALS = range(4, 9)
+
+
+def stagger_by_default(state_bytes: int, merge_interval: int, can_crop: bool = False) -> bool:
+    """Whether a layer staggers its rows' merge phases when the user leaves ``stagger_merges=None``: where it measured
+    faster (``state_bytes`` of fp32 state per layer ≥ :data:`STAGGER_FROM_STATE_BYTES`, ``merge_interval`` in
+    :data:`STAGGER_MERGE_INTERVALS`) and the layer is not set up to crop (``can_crop``: a staggered batch of
+    ``B ≥ M`` rows always holds a row that has just merged, so ``crop`` could never go back a token)."""
+    return not can_crop and merge_interval in STAGGER_MERGE_INTERVALS and state_bytes >= STAGGER_FROM_STATE_BYTES
+
 def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor,
                 length: torch.Tensor, stagger: bool) -> None:
     """Restart a layer's log after a new dense base (prefill, multi-token forward), in place.
@@ -70,9 +85,10 @@ def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tenso
     ``M``-th step. ``stagger=True``: row ``r`` starts at ``length = r mod M`` with that many zero entries (``K_i = 0``,
     ``U_i = 0``, ``λ_i = 0``). A zero entry adds ``exp(ℓ̄ − Λ_i) K_i U_iᵀ = 0`` to the logical state, exactly, and
     leaves ``ℓ̄`` at 0, so the state is the base's either way; but then ``1/M`` of the rows merge at each step, and
-    every step of a launch does the same work (eval/results/h200/NOTES.md, round 47: 1-2 % less time per token than
-    aligned phases at B = 64-512, and no merge step 2x slower than the others). Each row still merges every ``M``
-    steps, its first merge after ``M − (r mod M)`` steps.
+    every step of a launch does the same work (eval/results/h200/NOTES.md, rounds 47 and 49: 0.2-2.3 % less time per
+    token than aligned phases at B = 64-512 and M = 4, 8, and no merge step 2x slower than the others; see
+    :func:`stagger_by_default`). Each row still merges every ``M`` steps, its first merge after ``M − (r mod M)``
+    steps.
 
     Shapes as in the module docstring (``C = M − 1`` slots; ``C = 0`` has no log and nothing to stagger). Allocates
     one ``[B]`` int32 tensor when staggering: not for a captured decode step (prefill runs eagerly).
@@ -235,8 +251,8 @@ class DeltaLogLayer(LinearAttentionLayer):
         number_of_states: conv states of the layer (transformers' ``number_of_conv_states``).
         stagger_merges: True: start row ``r``'s log at ``r mod M`` zero entries after each prefill, so that the rows
             merge at different steps (:func:`restart_log`); False: every row merges at the same step; None (default):
-            staggered unless the layer can crop (``crop_ring``, or transformers' past recording active at the
-            prefill), since a staggered batch of ``B ≥ M`` rows always holds a row that has just merged.
+            :func:`stagger_by_default` decides at each prefill (it needs the batch size), with ``can_crop`` meaning
+            ``crop_ring`` or transformers' past recording active at the prefill.
 
     Raises:
         TypeError: a non-integer ``merge_interval``.
@@ -458,8 +474,9 @@ class DeltaLogLayer(LinearAttentionLayer):
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
             self._allocate(batch, recurrent_states.device)
         self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
-        self.staggered = self.stagger_merges if self.stagger_merges is not None else \
-            not (self.crop_ring or self.record_past)
+        HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
+        self.staggered = self.stagger_merges if self.stagger_merges is not None else stagger_by_default(
+            batch * HV * K * V * 4, self.merge_interval, can_crop=self.crop_ring or self.record_past)
         restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.staggered)
         if self.crop_ring:
             self._seed_conv_ring()
@@ -879,11 +896,13 @@ class DeltaLogCache(DynamicCache):
             ``crop(-n)`` with ``n > 0`` raises ValueError unless ``activate_past_recording()`` was called.
         stagger_merges: True: after each prefill, row ``r``'s log starts with ``r mod M`` zero entries (exact
             no-ops), so ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th step: the
-            same work per token, spread evenly over the steps (1-2 % faster per token on an H200 at B = 64-512, and
-            no step twice as slow as the others). False: every row merges at the same step. None (default):
-            staggered unless the cache is set up to crop (``crop_ring=True``, or ``activate_past_recording()`` called
-            before the prefill): ``crop(-n)`` needs the last ``n`` tokens in every row's log, and a staggered batch
-            of ``B ≥ M`` rows always holds a row that has just merged.
+            same work per token, spread evenly over the steps, and no step twice as slow as the others. False: every
+            row merges at the same step. None (default): staggered where it measured faster on an H200 (0.2-2.3 %
+            per token at 128 MiB of fp32 state per layer and more, i.e. B ≥ 64 at 32 heads of 128 × 128, with
+            M = 4 to 8; :func:`hf_deltalog.cache.stagger_by_default`) unless the cache is set up to crop
+            (``crop_ring=True``, or ``activate_past_recording()`` called before the prefill): ``crop(-n)`` needs the
+            last ``n`` tokens in every row's log, and a staggered batch of ``B ≥ M`` rows always holds a row that has
+            just merged.
 
     Raises:
         TypeError: not a model/config, or a non-integer ``merge_interval``.
@@ -939,8 +958,8 @@ class DeltaLogCache(DynamicCache):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False; got {flag!r}")
         if stagger_merges is not None and not isinstance(stagger_merges, bool):
-            raise TypeError(f"stagger_merges must be True, False or None (staggered unless the cache can crop); got "
-                            f"{stagger_merges!r}")
+            raise TypeError(f"stagger_merges must be True, False or None (staggered where it measured faster, unless "
+                            f"the cache can crop); got {stagger_merges!r}")
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type

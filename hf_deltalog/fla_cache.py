@@ -61,6 +61,7 @@ from hf_deltalog.cache import (
     check_rows_match,
     memory_breakdown_of,
     restart_log,
+    stagger_by_default,
 )
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -163,14 +164,14 @@ class FLADeltaLogLayer(FLALayer):
         auto_merge_interval: ``merge_interval`` is the family default, so the Triton backend may pick ``M = 1`` for
             small states (:data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES`).
         stagger_merges: start row ``r``'s log at ``r mod M`` zero entries after each prefill
-            (:func:`hf_deltalog.cache.restart_log`).
+            (:func:`hf_deltalog.cache.restart_log`); None: :func:`hf_deltalog.cache.stagger_by_default` decides.
     """
 
     is_compileable = False
 
     def __init__(self, spec: FLAFamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
                  layer_idx: int, shared: _Shared | None = None, auto_merge_interval: bool = False,
-                 stagger_merges: bool = True):
+                 stagger_merges: bool | None = None):
         super().__init__()
         self.spec = spec
         self.stagger_merges = stagger_merges
@@ -264,7 +265,10 @@ class FLADeltaLogLayer(FLALayer):
             self.base = state  # FLA's fresh final state in the base's layout; nothing else refers to it
         else:
             self.base.copy_(state if self.state_v_first == self.spec.state_v_first else state.transpose(-1, -2))
-        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.stagger_merges)
+        HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
+        stagger = self.stagger_merges if self.stagger_merges is not None else stagger_by_default(
+            rows * HV * K * V * 4, self.merge_interval)
+        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, stagger)
 
     # ------------------------------------------------------------------ FLA's layer API
     def update(self, *, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, offset: int = 1,
@@ -515,9 +519,11 @@ class FLADeltaLogCache(FLACache):
             :data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES` (GDN 64 MiB, KDA and RWKV6 16 MiB: B < 8 at
             H = 32, K = V = 128) decodes densely through FLA's own kernel, where DeltaLog measured slower.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
-        stagger_merges: True or None (default): after each prefill row ``r``'s log starts with ``r mod M`` zero
-            entries, so ``1/M`` of the rows merge at each decode step (:func:`hf_deltalog.cache.restart_log`; FLA's
-            cache has no ``crop``, the one thing this would limit); False: every row merges at the same step.
+        stagger_merges: True: after each prefill row ``r``'s log starts with ``r mod M`` zero entries, so ``1/M`` of
+            the rows merge at each decode step (:func:`hf_deltalog.cache.restart_log`); False: every row merges at the
+            same step; None (default): staggered where it measured faster on an H200
+            (:func:`hf_deltalog.cache.stagger_by_default`: 128 MiB of fp32 state per layer and more, M = 4 to 8;
+            FLA's cache has no ``crop``, which staggering would limit).
 
     Raises:
         TypeError: a non-integer ``merge_interval``, a ``stagger_merges`` other than True, False or None.
@@ -544,12 +550,13 @@ class FLADeltaLogCache(FLACache):
             raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
                              "use backend='auto' or 'torch'")
         if stagger_merges is not None and not isinstance(stagger_merges, bool):
-            raise TypeError(f"stagger_merges must be True, False or None (staggered); got {stagger_merges!r}")
+            raise TypeError(f"stagger_merges must be True, False or None (staggered where it measured faster); got "
+                            f"{stagger_merges!r}")
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type
         self.spec = spec
-        self.stagger_merges = stagger_merges is not False
+        self.stagger_merges = stagger_merges
         super().__init__()
         self._dims = spec.dims(config)
         self._linear = _linear_layers(config)

@@ -51,8 +51,7 @@ def test_greedy_matches_dynamic_cache(family, dtype):
             assert ((top2[:, 0] - top2[:, 1]) <= bound).all(), "a token differs without a near tie"
     for layer in cache.deltalog_layers:
         assert layer.base.dtype == torch.float32 and layer.k_log.dtype == torch.float32
-        # the log really filled and merged; row r started at r mod M zero entries (stagger_merges, the default)
-        assert layer.length.tolist() == [(27 + r) % M for r in range(3)]
+        assert layer.length.tolist() == [27 % M] * 3  # the log really filled and merged
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -86,14 +85,15 @@ def test_every_merge_interval_gives_the_same_tokens(family, merge_interval):
     assert max_logit_diff(out, ref) <= 1e-4
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_beam_search(family):
+@pytest.mark.parametrize("family, stagger", [(f, None) for f in FAMILIES] + [("qwen3_5", True), ("kimi_linear", True)])
+def test_beam_search(family, stagger):
+    """Beam search reorders rows every step; staggered rows carry their own phase (length) with them."""
     model = tiny_model(family)
     ids = prompt_ids(2, 6, seed=4)
     kw = dict(num_beams=3, num_return_sequences=3, max_new_tokens=12, do_sample=False, return_dict_in_generate=True,
               output_scores=True)
     ref = generate(model, ids, **kw)
-    out = generate(model, ids, DeltaLogCache(model, merge_interval=4), **kw)
+    out = generate(model, ids, DeltaLogCache(model, merge_interval=4, stagger_merges=stagger), **kw)
     assert torch.equal(out.sequences, ref.sequences)
     assert torch.allclose(out.sequences_scores, ref.sequences_scores, atol=1e-5, rtol=0)
 
@@ -224,17 +224,20 @@ def test_chunked_prefill(family):
     assert max_logit_diff(out, ref) <= 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next", "kimi_linear", "bailing_hybrid"])
-def test_triton_backend_matches_dynamic_cache(family):
+@pytest.mark.parametrize("family, stagger", [(f, None) for f in ("qwen3_5", "qwen3_next", "kimi_linear", "bailing_hybrid")]
+                         + [("qwen3_5", True), ("kimi_linear", True)])
+def test_triton_backend_matches_dynamic_cache(family, stagger):
     """The fused Triton kernel end to end through generate (under TRITON_INTERPRET=1 on a machine without a GPU)."""
     pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
     model = tiny_model(family)
     ids = prompt_ids(2, 5, seed=14)
     dense = DynamicCache(config=model.config)
     ref = generate(model, ids, dense, max_new_tokens=12, **GREEDY)
-    cache = DeltaLogCache(model, merge_interval=4, backend="triton")
+    cache = DeltaLogCache(model, merge_interval=4, backend="triton", stagger_merges=stagger)
     out = generate(model, ids, cache, max_new_tokens=12, **GREEDY)
     assert all(layer.backend == "triton" and layer.state_v_first for layer in cache.deltalog_layers)
+    assert all(layer.length.tolist() == [(11 + (r if stagger else 0)) % 4 for r in range(2)]
+               for layer in cache.deltalog_layers)
     assert torch.equal(out.sequences, ref.sequences)
     assert max_logit_diff(out, ref) <= 1e-4
     for i, layer in enumerate(cache.layers):  # the V-first base comes back in transformers' layout
@@ -257,21 +260,38 @@ def test_merge_interval_policy():
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
-def test_stagger_merges_off_aligns_rows_and_both_give_the_default_cache_tokens(family):
+def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family, monkeypatch):
+    """stagger_merges=True / False, and the default, which staggers from STAGGER_FROM_STATE_BYTES of state per layer
+    (set to 0 here, so that these tiny layers qualify) at M = 4 to 8, unless the cache is set up to crop."""
+    import hf_deltalog.cache
+
     model = tiny_model(family)
     ids = prompt_ids(3, 6, seed=12)
     ref = generate(model, ids, max_new_tokens=11, **GREEDY)
-    # (options, staggered): the default (None) staggers unless the cache is set up to crop
-    for kw, stagger in ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, True),
-                        (dict(crop_ring=True), False), (dict(past_recording=True), False),
-                        (dict(crop_ring=True, stagger_merges=True), True)):
-        cache = DeltaLogCache(model, merge_interval=4, **{k: v for k, v in kw.items() if k != "past_recording"})
-        if kw.get("past_recording"):
-            cache.activate_past_recording()
-        out = generate(model, ids, cache, max_new_tokens=11, **GREEDY)
-        assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4, kw
-        expected = [(10 + (r if stagger else 0)) % 4 for r in range(3)]  # 10 decode steps after the prefill
-        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
-    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered unless the cache can "
-                                        r"crop\); got 1"):
+    tiny = ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, False))
+    qualifying = (({}, True), (dict(merge_interval=3), False), (dict(crop_ring=True), False),
+                  (dict(past_recording=True), False), (dict(crop_ring=True, stagger_merges=True), True))
+    for threshold, cases in ((hf_deltalog.cache.STAGGER_FROM_STATE_BYTES, tiny), (0, qualifying)):
+        monkeypatch.setattr(hf_deltalog.cache, "STAGGER_FROM_STATE_BYTES", threshold)
+        for kw, stagger in cases:
+            options = dict(dict(merge_interval=4), **{k: v for k, v in kw.items() if k != "past_recording"})
+            cache = DeltaLogCache(model, **options)
+            if kw.get("past_recording"):
+                cache.activate_past_recording()
+            out = generate(model, ids, cache, max_new_tokens=11, **GREEDY)
+            assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4, kw
+            M = options["merge_interval"]
+            expected = [(10 + (r if stagger else 0)) % M for r in range(3)]  # 10 decode steps after the prefill
+            assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
+    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered where it measured "
+                                        r"faster, unless the cache can crop\); got 1"):
         DeltaLogCache(model, stagger_merges=1)
+
+
+def test_stagger_by_default_rule():
+    from hf_deltalog.cache import STAGGER_FROM_STATE_BYTES, stagger_by_default
+
+    big = 64 * 32 * 128 * 128 * 4  # B = 64 at 32 heads of 128 x 128: 128 MiB
+    assert big == STAGGER_FROM_STATE_BYTES
+    assert [stagger_by_default(big, M) for M in (1, 2, 3, 4, 8, 9, 16)] == [False] * 3 + [True] * 2 + [False] * 2
+    assert not stagger_by_default(big - 1, 8) and not stagger_by_default(big, 8, can_crop=True)

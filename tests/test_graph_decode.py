@@ -29,12 +29,14 @@ def padded_prompt():
 
 
 def make_cache(kind, model, max_cache_len, **kw):
-    if kind == "deltalog":
-        return DeltaLogCache(model, static=True, max_cache_len=max_cache_len, merge_interval=3, **kw)
+    if kind in ("deltalog", "deltalog-staggered"):  # staggered: row r restarts its log at r mod M zero entries
+        return DeltaLogCache(model, static=True, max_cache_len=max_cache_len, merge_interval=3,
+                             stagger_merges=kind == "deltalog-staggered", **kw)
     return transformers.StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 
 @pytest.mark.parametrize("family, kind", [(f, "deltalog") for f in FAMILIES] +
+                         [("qwen3_5", "deltalog-staggered"), ("kimi_linear", "deltalog-staggered")] +
                          [("qwen3_5_moe", "static"), ("kimi_linear", "static")])
 def test_loop_gives_the_tokens_of_generate(family, kind):
     """The decode loop (capture off) on a static cache == model.generate with the default dynamic cache: every
@@ -98,7 +100,7 @@ def cache_tensors(cache):
     return found
 
 
-@pytest.mark.parametrize("kind", ["deltalog", "static"])
+@pytest.mark.parametrize("kind", ["deltalog", "deltalog-staggered", "static"])
 @pytest.mark.parametrize("family", ["qwen3_5_moe", "kimi_linear"])
 def test_decode_step_is_graph_safe(family, kind):
     """Through append and merge steps: no host read, no data-dependent shape, no host state change, and every cache
@@ -123,8 +125,10 @@ def test_decode_step_is_graph_safe(family, kind):
     assert [t.data_ptr() for t in buffers] == buffer_addresses
     assert [(layer._seen, layer._pending, layer.merge_interval)
             for layer in getattr(cache, "deltalog_layers", [])] == host
-    if kind == "deltalog":
-        assert [p[0] for p in phases] == [1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]  # appends and merges, M = 3
+    if kind.startswith("deltalog"):
+        assert [p[0] for p in phases] == [1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]  # appends and merges of row 0, M = 3
+        rows = [layer.length.tolist() for layer in cache.deltalog_layers]
+        assert rows == [[(11 + (r if kind == "deltalog-staggered" else 0)) % 3 for r in range(3)]] * len(rows)
         assert all(layer.decoded_steps() == 11 for layer in cache.deltalog_layers)
         # One step counter per device, advanced by one layer (one node per step in a captured graph, not one per layer).
         assert sum(layer.owns_step_counter for layer in cache.deltalog_layers) == 1

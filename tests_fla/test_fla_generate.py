@@ -67,45 +67,56 @@ def test_greedy_matches_fla_cache(family, merge_interval):
     assert M == (merge_interval or {"rwkv6": 8, "gated_deltanet": 8, "kda": 4}[family])
     layers = cache.deltalog_layers
     assert len(layers) == 2 and all(layer.backend == "torch" for layer in layers)
-    # the log filled and merged; row r started at r mod M zero entries (stagger_merges, the default)
-    assert all(layer.length.tolist() == [(NEW - 1 + r) % M for r in range(2)] for layer in layers)
+    assert all(layer.length.tolist() == [(NEW - 1) % M] * 2 for layer in layers)  # the log filled and merged
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_stagger_merges_off_aligns_rows_and_both_give_fla_cache_tokens(family):
+def test_staggered_and_aligned_merges_give_fla_cache_tokens(family, monkeypatch):
+    """stagger_merges=True / False, and the default (None), which staggers these tiny layers once
+    STAGGER_FROM_STATE_BYTES is 0 (FLA's cache has no crop to prevent it)."""
+    import hf_deltalog.cache
+
     model, ref = tiny_model(family), greedy_ref(family)
-    for stagger in (None, True, False):  # None, the default, staggers (FLA's cache has no crop)
+    for stagger, threshold, staggered in ((True, None, True), (False, 0, False), (None, None, False), (None, 0, True)):
+        if threshold is not None:
+            monkeypatch.setattr(hf_deltalog.cache, "STAGGER_FROM_STATE_BYTES", threshold)
         cache = DeltaLogCache(model, merge_interval=4, stagger_merges=stagger)
         out = generate_ours(model, prompt_ids(2, PROMPT), cache, max_new_tokens=NEW, **GREEDY)
         assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4
-        expected = [(NEW - 1 + (r if stagger is not False else 0)) % 4 for r in range(2)]
-        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers)
-    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered\); got 'no'"):
+        expected = [(NEW - 1 + (r if staggered else 0)) % 4 for r in range(2)]
+        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), (stagger, threshold)
+        monkeypatch.undo()
+    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered where it measured "
+                                        r"faster\); got 'no'"):
         DeltaLogCache(model, stagger_merges="no")
 
 
+@pytest.mark.parametrize("stagger", [None, True])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_triton_backend_greedy(family):
-    """The Triton kernels (under the interpreter here) with their V-first base decode FLA's models too."""
+def test_triton_backend_greedy(family, stagger):
+    """The Triton kernels (under the interpreter here) with their V-first base decode FLA's models too, with aligned
+    and staggered merge phases."""
     model, ref = tiny_model(family), greedy_ref(family)
-    cache = DeltaLogCache(model, merge_interval=3, backend="triton")
+    cache = DeltaLogCache(model, merge_interval=3, backend="triton", stagger_merges=stagger)
     out = generate_ours(model, prompt_ids(2, PROMPT), cache, max_new_tokens=NEW, **GREEDY)
     assert torch.equal(out.sequences, ref.sequences)
     assert max_logit_diff(out, ref) <= 1e-4
     for layer in cache.deltalog_layers:
         H, K, V = layer.num_v_heads, layer.k_head_dim, layer.v_head_dim
         assert layer.backend == "triton" and tuple(layer.base.shape) == (2, H, V, K)
-        assert layer.length.tolist() == [(NEW - 1 + r) % 3 for r in range(2)]
+        assert layer.length.tolist() == [(NEW - 1 + (r if stagger else 0)) % 3 for r in range(2)]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_beam_search(family):
-    """Beam search reorders (and first expands) the cache rows: same beams and scores as FLA's cache."""
+@pytest.mark.parametrize("stagger", [None, True])
+def test_beam_search(family, stagger):
+    """Beam search reorders (and first expands) the cache rows: same beams and scores as FLA's cache (staggered rows
+    carry their phase with them)."""
     model, ids = tiny_model(family, layers=1), prompt_ids(1, 4, seed=4)
     kw = dict(num_beams=2, num_return_sequences=2, max_new_tokens=4, do_sample=False, return_dict_in_generate=True,
               output_scores=True)
     ref, _ = generate_ref(model, ids, **kw)
-    out = generate_ours(model, ids, DeltaLogCache(model, merge_interval=2), **kw)
+    out = generate_ours(model, ids, DeltaLogCache(model, merge_interval=2, stagger_merges=stagger), **kw)
     assert torch.equal(out.sequences, ref.sequences)
     assert torch.allclose(out.sequences_scores, ref.sequences_scores, atol=1e-5, rtol=0)
 
