@@ -1,0 +1,79 @@
+"""Markdown tables of the staggered-merge measurements (H200, 2026-12-01, rounds 47-49), from their committed JSONs.
+
+1. Same-process A/B: ``bench_gdn_decode.py --tune --tune-only '{}' '{"_stagger": true}' '{}'`` (aligned, staggered,
+   aligned again) per operator; µs per token, the change against the mean of the two aligned runs.
+2. The kernel tables with staggered phases (``--stagger``, what DeltaLogCache runs where ``stagger_by_default`` says
+   so): FLA's faster layout in the same run, ours per M, the best M and its speedup, the fraction of the DeltaLog floor,
+   ReplaySSM's best ring length (GDN, KDA). RWKV6's B = 512 row is round 49's (round 48's limit cut it).
+
+    python eval/stagger_tables.py [--root eval/results/h200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+OPS = ("gdn", "kda", "rwkv6")
+
+
+def ab_table(root: Path) -> str:
+    lines = ["| operator | B | M | aligned µs (two runs) | staggered µs | change |", "|---|---|---|---|---|---|"]
+    files = [root / "round47" / "stagger" / op / f"bench_{op}_decode.json" for op in OPS]
+    files += [root / "round49" / "ab" / name / f"bench_{name.split('_')[0]}_decode.json"
+              for op in OPS for name in (op, f"{op}_m16")]
+    points = {}
+    for f in files:
+        op = f.parent.name.split("_")[0]
+        for t in json.loads(f.read_text())["tune"]:
+            kind = "staggered" if t["options"].get("_stagger") else "aligned"
+            points.setdefault((OPS.index(op), op, t["B"], t["M"]), {}).setdefault(kind, []).append(t["amortized_us"])
+    for (_, op, B, M), p in sorted(points.items()):
+        aligned, staggered = statistics.mean(p["aligned"]), p["staggered"][0]
+        lines.append(f"| {op} | {B} | {M} | {' / '.join(f'{x:.1f}' for x in p['aligned'])} | {staggered:.1f} | "
+                     f"{100 * (staggered / aligned - 1):+.1f} % |")
+    return "\n".join(lines)
+
+
+def full_tables(root: Path) -> str:
+    out = []
+    for op in OPS:
+        rows = json.loads((root / "round48" / "full" / op / f"bench_{op}_decode.json").read_text())["rows"]
+        if op == "rwkv6":  # round 48's limit cut B = 512; round 49 ran it alone
+            extra = json.loads((root / "round49" / "full" / op / f"bench_{op}_decode.json").read_text())["rows"]
+            rows = [r for r in rows if r["B"] != 512] + extra
+        Ms = sorted({r["M"] for r in rows if r["variant"] == "deltalog" and r["M"] and r["M"] > 1})
+        head = ["B", "FLA µs (faster layout)"] + [f"M={m} µs" for m in Ms] + ["best M", "×FLA", "% of floor"]
+        head += ["ReplaySSM best µs", "×ReplaySSM"] if op != "rwkv6" else []
+        out += [f"**{op.upper()}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for B in sorted({r["B"] for r in rows}):
+            at = [r for r in rows if r["B"] == B and r.get("amortized_us")]
+            fla = min((r for r in at if r["variant"].startswith("fla")), key=lambda r: r["amortized_us"])
+            ours = {r["M"]: r for r in at if r["variant"] == "deltalog" and r["layout"] == "VK"}
+            best_m = min((m for m in Ms if m in ours), key=lambda m: ours[m]["amortized_us"])
+            best = ours[best_m]
+            cells = [B, f"{fla['amortized_us']:.1f} ({fla['layout']})"]
+            cells += [f"{ours[m]['amortized_us']:.1f}" if m in ours else "–" for m in Ms]
+            cells += [best_m, f"{fla['amortized_us'] / best['amortized_us']:.2f}",
+                      f"{100 * best['floor_fraction']:.0f} %"]
+            if op != "rwkv6":
+                rep = [r for r in at if r["variant"] == "replayssm"]
+                r = min(rep, key=lambda r: r["amortized_us"]) if rep else None
+                cells += [f"{r['amortized_us']:.1f} (L={r['M']})", f"{r['amortized_us'] / best['amortized_us']:.2f}"] \
+                    if r else ["–", "–"]
+            out.append("| " + " | ".join(str(c) for c in cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--root", type=Path, default=Path(__file__).parent / "results" / "h200")
+    a = p.parse_args()
+    print(ab_table(a.root), "", full_tables(a.root), sep="\n")
+
+
+if __name__ == "__main__":
+    main()
