@@ -76,6 +76,27 @@ def test_bench_merge_overrides_cpu_smoke(tmp_path):
     assert [r["options"] for r in tuned] == [{}, {"merge": {"block_v": 16, "num_warps": 2}}]
 
 
+def test_bench_stagger_cpu_smoke(tmp_path):
+    """--stagger starts every timed cycle and numerics rollout as the cache's staggered restart does (row r at r mod M
+    zero entries); the '_stagger' sweep option times aligned against staggered cycles in one process. B = 3 > M = 2,
+    so the rows really start in different phases, and whole cycles bring each back to its start length (asserted by
+    the script)."""
+    spec = importlib.util.spec_from_file_location("bench_gdn_decode", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench.main(["--cpu-smoke", "--operator", "kda", "--stagger", "--batches", "3", "--ms", "2", "--layouts", "VK",
+                "--numerics-batches", "3", "--numerics-ms", "2", "--rollout-steps", "3", "--no-compile",
+                "--tune", "--tune-only", "{}", '{"_stagger": true}',  # the sweep runs B = 2, M = 4 on the CPU
+                "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "bench_kda_decode.json").read_text())
+    assert result["kernel_overrides"]["_stagger"] is True
+    assert [r["options"] for r in result["tune"] if r.get("amortized_us")] == [{}, {"_stagger": True}]
+    assert {r["M"] for r in result["rows"] if r["variant"] == "deltalog" and r.get("amortized_us")} == {1, 2}
+    numerics = [r for r in result["numerics"][0]["results"] if r["variant"] == "ours"]
+    assert numerics and all(r["out_rel"] < 1e-2 and r["state_rel"] < 1e-5 for r in numerics)
+
+
 def test_bench_tune_skip_main_cpu_smoke(tmp_path):
     """--tune --skip-main (the RWKV6/KDA launch-option sweep of eval/h200_round3_kernels.sh): the sweep over
     block_v x num_warps runs and nothing else; the watchdog option is accepted and switched off again afterwards."""
