@@ -948,10 +948,16 @@ def test_restart_log_staggers_rows_with_exact_no_op_entries(operator, state_v_fi
     steps from its own phase, and the staggered log decodes what the dense float64 recurrence gives, as the aligned
     log does (K != V, HV != Hk)."""
     from hf_deltalog.cache import restart_log
-    from hf_deltalog.kernels.gdn.naive import (naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize,
-                                               naive_recurrent_gated_delta_rule)
-    from hf_deltalog.kernels.kda.naive import (naive_deltalog_kda_decode, naive_deltalog_kda_materialize,
-                                               naive_recurrent_kda)
+    from hf_deltalog.kernels.gdn.naive import (
+        naive_deltalog_gdn_decode,
+        naive_deltalog_gdn_materialize,
+        naive_recurrent_gated_delta_rule,
+    )
+    from hf_deltalog.kernels.kda.naive import (
+        naive_deltalog_kda_decode,
+        naive_deltalog_kda_materialize,
+        naive_recurrent_kda,
+    )
 
     B, Hk, HV, K, V, M, steps = 5, 2, 4, 8, 6, 3, 7
     gen = torch.Generator().manual_seed(31)
