@@ -77,6 +77,15 @@ def stagger_by_default(state_bytes: int, merge_interval: int, can_crop: bool = F
     ``B ≥ M`` rows always holds a row that has just merged, so ``crop`` could never go back a token)."""
     return not can_crop and merge_interval in STAGGER_MERGE_INTERVALS and state_bytes >= STAGGER_FROM_STATE_BYTES
 
+
+def check_stagger_merges(value: Any) -> bool | None:
+    """``stagger_merges`` as given, or TypeError naming what is accepted (True, False or None; not 0/1, strings,
+    numpy or torch booleans)."""
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"stagger_merges must be True, False or None (None: staggered where it measured faster, see "
+                        f"hf_deltalog.cache.stagger_by_default); got {value!r}")
+    return value
+
 def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor,
                 length: torch.Tensor, stagger: bool) -> None:
     """Restart a layer's log after a new dense base (prefill, multi-token forward), in place.
@@ -84,7 +93,7 @@ def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tenso
     ``stagger=False``: every row starts empty (``length = 0``), so all rows append together and merge together, every
     ``M``-th step. ``stagger=True``: row ``r`` starts at ``length = r mod M`` with that many zero entries (``K_i = 0``,
     ``U_i = 0``, ``λ_i = 0``). A zero entry adds ``exp(ℓ̄ − Λ_i) K_i U_iᵀ = 0`` to the logical state, exactly, and
-    leaves ``ℓ̄`` at 0, so the state is the base's either way; but then ``1/M`` of the rows merge at each step, and
+    leaves ``ℓ̄`` at 0, so the state is the base's either way; but then about ``1/M`` of the rows (exactly, when ``B`` is a multiple of ``M``) merge at each step, and
     every step of a launch does the same work (eval/results/h200/NOTES.md, rounds 47 and 49: 0.2-2.3 % less time per
     token than aligned phases at B = 64-512 and M = 4, 8, and no merge step 2x slower than the others; see
     :func:`stagger_by_default`). Each row still merges every ``M`` steps, its first merge after ``M − (r mod M)``
@@ -255,7 +264,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             ``crop_ring`` or transformers' past recording active at the prefill.
 
     Raises:
-        TypeError: a non-integer ``merge_interval``.
+        TypeError: a non-integer ``merge_interval``, a ``stagger_merges`` other than True, False or None.
         ValueError: ``merge_interval`` outside ``[1, MAX_MERGE_INTERVAL]``, an unknown backend, ``dims`` that are not
             four positive ints with ``HV`` a multiple of ``Hk``.
     """
@@ -280,7 +289,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.static = static
         self.is_compileable = static
         self.crop_ring = crop_ring
-        self.stagger_merges = stagger_merges
+        self.stagger_merges = check_stagger_merges(stagger_merges)
         self.staggered = False  # whether the log's last restart staggered the rows
         # Static mode: decode steps are counted on the device by a counter shared by the cache's layers on that device
         # (`_Status.step_counter`); this layer's count is the counter minus `_counter_mark`, its value at the last fold.
@@ -677,10 +686,15 @@ class DeltaLogLayer(LinearAttentionLayer):
         # the restart, nor than its length.
         live = min(int(self.length.min()), seen - self._log_start)
         if tokens > live:
-            staggered = (" Its rows merge at different steps (stagger_merges), so some row has merged recently; build "
-                         "the cache with stagger_merges=False, crop_ring=True, or call activate_past_recording() "
-                         "before the prefill, to keep the same recent tokens in every row's log."
-                         if self.staggered else "")
+            # Blame the staggered phases only where rows merging together would have kept the tokens: an aligned
+            # row holds the (seen - _log_start) mod M tokens decoded since its last merge.
+            staggered = ""
+            if self.staggered and tokens <= (seen - self._log_start) % self.merge_interval:
+                how = ("stagger_merges=False" if self.stagger_merges else
+                       "stagger_merges=False, or with crop_ring=True or activate_past_recording() before the prefill "
+                       "(the default then keeps the rows aligned)")
+                staggered = (" Its rows merge at different steps (staggered merge phases), so some row has merged "
+                             f"since; a cache built with {how} would keep these tokens in every row's log.")
             raise ValueError(
                 f"cannot crop {tokens} tokens exactly: layer {self.layer_idx} keeps only its last {live} decoded "
                 f"tokens in the log (merge interval M={self.merge_interval}; the log restarts after every merge, "
@@ -895,7 +909,7 @@ class DeltaLogCache(DynamicCache):
             fp32 state for Qwen3.5's and Kimi-Linear's layers in bf16 at M = 4-8 (``memory_breakdown()``). Without it,
             ``crop(-n)`` with ``n > 0`` raises ValueError unless ``activate_past_recording()`` was called.
         stagger_merges: True: after each prefill, row ``r``'s log starts with ``r mod M`` zero entries (exact
-            no-ops), so ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th step: the
+            no-ops), so about ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th step: the
             same work per token, spread evenly over the steps, and no step twice as slow as the others. False: every
             row merges at the same step. None (default): staggered where it measured faster on an H200 (0.2-2.3 %
             per token at 128 MiB of fp32 state per layer and more, i.e. B ≥ 64 at 32 heads of 128 × 128, with
@@ -905,7 +919,8 @@ class DeltaLogCache(DynamicCache):
             just merged.
 
     Raises:
-        TypeError: not a model/config, or a non-integer ``merge_interval``.
+        TypeError: not a model/config, a non-integer ``merge_interval``, a non-bool ``static`` or ``crop_ring``, a
+            ``stagger_merges`` other than True, False or None.
         ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend,
             static mode without a positive ``max_cache_len`` or on a config without attention layers, ``max_cache_len``
             without static mode, ``static``,
@@ -957,9 +972,7 @@ class DeltaLogCache(DynamicCache):
         for name, flag in (("static", static), ("crop_ring", crop_ring)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False; got {flag!r}")
-        if stagger_merges is not None and not isinstance(stagger_merges, bool):
-            raise TypeError(f"stagger_merges must be True, False or None (staggered where it measured faster, unless "
-                            f"the cache can crop); got {stagger_merges!r}")
+        check_stagger_merges(stagger_merges)
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type

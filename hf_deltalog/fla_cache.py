@@ -60,6 +60,7 @@ from hf_deltalog.cache import (
     check_row_indices,
     check_rows_match,
     memory_breakdown_of,
+    check_stagger_merges,
     restart_log,
     stagger_by_default,
 )
@@ -174,7 +175,7 @@ class FLADeltaLogLayer(FLALayer):
                  stagger_merges: bool | None = None):
         super().__init__()
         self.spec = spec
-        self.stagger_merges = stagger_merges
+        self.stagger_merges = check_stagger_merges(stagger_merges)
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
         self.merge_interval = self.default_merge_interval = merge_interval
         self.auto_merge_interval = auto_merge_interval
@@ -519,9 +520,9 @@ class FLADeltaLogCache(FLACache):
             :data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES` (GDN 64 MiB, KDA and RWKV6 16 MiB: B < 8 at
             H = 32, K = V = 128) decodes densely through FLA's own kernel, where DeltaLog measured slower.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
-        stagger_merges: True: after each prefill row ``r``'s log starts with ``r mod M`` zero entries, so ``1/M`` of
-            the rows merge at each decode step (:func:`hf_deltalog.cache.restart_log`); False: every row merges at the
-            same step; None (default): staggered where it measured faster on an H200
+        stagger_merges: True: after each prefill row ``r``'s log starts with ``r mod M`` zero entries, so about
+            ``1/M`` of the rows merge at each decode step (:func:`hf_deltalog.cache.restart_log`); False: every row
+            merges at the same step; None (default): staggered where it measured faster on an H200
             (:func:`hf_deltalog.cache.stagger_by_default`: 128 MiB of fp32 state per layer and more, M = 4 to 8;
             FLA's cache has no ``crop``, which staggering would limit).
 
@@ -549,9 +550,7 @@ class FLADeltaLogCache(FLACache):
         if backend == "triton" and _triton_decoder(spec.operator) is None:
             raise ValueError("backend='triton' needs triton installed (pip install 'hf-deltalog[triton]'); "
                              "use backend='auto' or 'torch'")
-        if stagger_merges is not None and not isinstance(stagger_merges, bool):
-            raise TypeError(f"stagger_merges must be True, False or None (staggered where it measured faster); got "
-                            f"{stagger_merges!r}")
+        check_stagger_merges(stagger_merges)
         self.merge_interval = _check_merge_interval(merge_interval, spec.default_merge_interval)
         self.backend = backend
         self.model_type = spec.model_type

@@ -1007,9 +1007,9 @@ def test_crop_counts_only_decoded_tokens_in_a_staggered_log():
     assert [layer.length.tolist() for layer in cache.deltalog_layers] == [[1, 2]] * 2
     cache.batch_select_indices(torch.tensor([1]))
     snapshot = _crop_snapshot(cache)
-    with pytest.raises(ValueError, match="keeps only its last 1 decoded tokens in the log.*merge at different steps "
-                                         r"\(stagger_merges\).*stagger_merges=False"):
+    with pytest.raises(ValueError, match="keeps only its last 1 decoded tokens in the log") as refused:
         cache.crop(-2)
+    assert "staggered" not in str(refused.value)  # the bound is the one decoded token, as for aligned rows
     _assert_unchanged(cache, snapshot)
     cache.crop(-1)
     ref = DeltaLogCache(model, merge_interval=4)
@@ -1018,6 +1018,32 @@ def test_crop_counts_only_decoded_tokens_in_a_staggered_log():
         assert rel_err(cache.materialize(i), ref.materialize(i)) <= 1e-6
     nxt = prompt_ids(1, 1, seed=7)
     assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) <= 1e-5
+
+
+@pytest.mark.parametrize("how", ["explicit", "default"])
+def test_crop_refused_by_staggered_phases_says_so(how, monkeypatch):
+    """A crop that aligned rows could have made is refused with the staggered phases named, and only the remedy that
+    works for how the cache was built: stagger_merges=False when staggering was asked for; also crop_ring / past
+    recording before the prefill under the default (here past recording started after the prefill)."""
+    import hf_deltalog.cache
+
+    model = tiny_model("qwen3_5")
+    if how == "explicit":
+        cache = DeltaLogCache(model, merge_interval=4, crop_ring=True, stagger_merges=True)
+    else:
+        monkeypatch.setattr(hf_deltalog.cache, "STAGGER_FROM_STATE_BYTES", 0)
+        cache = DeltaLogCache(model, merge_interval=4)
+    first = forward(model, prompt_ids(4, 6, seed=15), cache)
+    if how == "default":
+        cache.activate_past_recording()
+    decode(model, cache, first, 2)
+    assert [layer.length.tolist() for layer in cache.deltalog_layers] == [[2, 3, 0, 1]] * 2
+    snapshot = _crop_snapshot(cache)
+    with pytest.raises(ValueError, match="keeps only its last 0 decoded tokens.*staggered merge phases.*built with "
+                                         "stagger_merges=False") as refused:
+        cache.crop(-1)
+    assert ("crop_ring=True" in str(refused.value)) == (how == "default")
+    _assert_unchanged(cache, snapshot)
 
 
 # ---------------------------------------------------------------------------------------------- state and memory

@@ -5,7 +5,7 @@ import torch
 from transformers import DynamicCache
 from utils import BOS, FAMILIES, PAD, max_abs, prompt_ids, rel_err, tiny_model
 
-from hf_deltalog import DeltaLogCache
+from hf_deltalog import DeltaLogCache, DeltaLogLayer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 GREEDY = dict(do_sample=False, return_dict_in_generate=True, output_logits=True)
@@ -283,9 +283,12 @@ def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family, monk
             M = options["merge_interval"]
             expected = [(10 + (r if stagger else 0)) % M for r in range(3)]  # 10 decode steps after the prefill
             assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
-    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered where it measured "
-                                        r"faster, unless the cache can crop\); got 1"):
-        DeltaLogCache(model, stagger_merges=1)
+    for bad in (1, "no", torch.tensor(True)):
+        with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(None: staggered where it "
+                                            r"measured faster, see hf_deltalog.cache.stagger_by_default\); got"):
+            DeltaLogCache(model, stagger_merges=bad)
+    with pytest.raises(TypeError, match="stagger_merges must be True, False or None"):
+        DeltaLogLayer(cache.deltalog_layers[0].spec, (2, 4, 8, 16), 4, "torch", layer_idx=0, stagger_merges="no")
 
 
 def test_stagger_by_default_rule():

@@ -10,7 +10,7 @@ from fla.models.utils import Cache
 from helpers import FAMILIES, PAD, generate_ours, generate_ref, max_abs, max_logit_diff, prompt_ids, tiny_model
 
 from hf_deltalog import DeltaLogCache
-from hf_deltalog.fla_cache import FLADeltaLogCache
+from hf_deltalog.fla_cache import FLADeltaLogCache, FLADeltaLogLayer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 GREEDY = dict(do_sample=False, return_dict_in_generate=True, output_logits=True)
@@ -86,9 +86,13 @@ def test_staggered_and_aligned_merges_give_fla_cache_tokens(family, monkeypatch)
         expected = [(NEW - 1 + (r if staggered else 0)) % 4 for r in range(2)]
         assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), (stagger, threshold)
         monkeypatch.undo()
-    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(staggered where it measured "
-                                        r"faster\); got 'no'"):
+    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(None: staggered where it "
+                                        r"measured faster, see hf_deltalog.cache.stagger_by_default\); got 'no'"):
         DeltaLogCache(model, stagger_merges="no")
+    layer = cache.deltalog_layers[0]
+    with pytest.raises(TypeError, match="stagger_merges must be True, False or None"):
+        FLADeltaLogLayer(layer.spec, (layer.num_k_heads, layer.num_v_heads, layer.k_head_dim, layer.v_head_dim), 4,
+                         "torch", 0, stagger_merges=0)
 
 
 @pytest.mark.parametrize("stagger", [None, True])
