@@ -59,8 +59,8 @@ from hf_deltalog.cache import (
     check_repeats,
     check_row_indices,
     check_rows_match,
-    memory_breakdown_of,
     check_stagger_merges,
+    memory_breakdown_of,
     restart_log,
     stagger_by_default,
 )
