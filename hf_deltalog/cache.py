@@ -86,6 +86,7 @@ def check_stagger_merges(value: Any) -> bool | None:
                         f"hf_deltalog.cache.stagger_by_default); got {value!r}")
     return value
 
+
 def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor,
                 length: torch.Tensor, stagger: bool) -> None:
     """Restart a layer's log after a new dense base (prefill, multi-token forward), in place.
@@ -93,11 +94,11 @@ def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tenso
     ``stagger=False``: every row starts empty (``length = 0``), so all rows append together and merge together, every
     ``M``-th step. ``stagger=True``: row ``r`` starts at ``length = r mod M`` with that many zero entries (``K_i = 0``,
     ``U_i = 0``, ``λ_i = 0``). A zero entry adds ``exp(ℓ̄ − Λ_i) K_i U_iᵀ = 0`` to the logical state, exactly, and
-    leaves ``ℓ̄`` at 0, so the state is the base's either way; but then about ``1/M`` of the rows (exactly, when ``B`` is a multiple of ``M``) merge at each step, and
-    every step of a launch does the same work (eval/results/h200/NOTES.md, rounds 47 and 49: 0.2-2.3 % less time per
-    token than aligned phases at B = 64-512 and M = 4, 8, and no merge step 2x slower than the others; see
-    :func:`stagger_by_default`). Each row still merges every ``M`` steps, its first merge after ``M − (r mod M)``
-    steps.
+    leaves ``ℓ̄`` at 0, so the state is the base's either way; but then about ``1/M`` of the rows (exactly ``B/M`` when
+    ``B`` is a multiple of ``M``) merge at each step, and every step of a launch does the same work
+    (eval/results/h200/NOTES.md, rounds 47 and 49: 0.2-2.3 % less time per token than aligned phases at B = 64-512 and
+    M = 4, 8, and no merge step 2x slower than the others; see :func:`stagger_by_default`). Each row still merges
+    every ``M`` steps, its first merge after ``M − (r mod M)`` steps.
 
     Shapes as in the module docstring (``C = M − 1`` slots; ``C = 0`` has no log and nothing to stagger). Allocates
     one ``[B]`` int32 tensor when staggering: not for a captured decode step (prefill runs eagerly).
@@ -909,11 +910,11 @@ class DeltaLogCache(DynamicCache):
             fp32 state for Qwen3.5's and Kimi-Linear's layers in bf16 at M = 4-8 (``memory_breakdown()``). Without it,
             ``crop(-n)`` with ``n > 0`` raises ValueError unless ``activate_past_recording()`` was called.
         stagger_merges: True: after each prefill, row ``r``'s log starts with ``r mod M`` zero entries (exact
-            no-ops), so about ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th step: the
-            same work per token, spread evenly over the steps, and no step twice as slow as the others. False: every
-            row merges at the same step. None (default): staggered where it measured faster on an H200 (0.2-2.3 %
-            per token at 128 MiB of fp32 state per layer and more, i.e. B ≥ 64 at 32 heads of 128 × 128, with
-            M = 4 to 8; :func:`hf_deltalog.cache.stagger_by_default`) unless the cache is set up to crop
+            no-ops), so about ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th
+            step: the same work per token, spread evenly over the steps, and no step twice as slow as the others.
+            False: every row merges at the same step. None (default): staggered where it measured faster on an
+            H200 (0.2-2.3 % per token at 128 MiB of fp32 state per layer and more, i.e. B ≥ 64 at 32 heads of
+            128 × 128, with M = 4 to 8; :func:`hf_deltalog.cache.stagger_by_default`) unless the cache is set up to crop
             (``crop_ring=True``, or ``activate_past_recording()`` called before the prefill): ``crop(-n)`` needs the
             last ``n`` tokens in every row's log, and a staggered batch of ``B ≥ M`` rows always holds a row that has
             just merged.
@@ -941,8 +942,7 @@ class DeltaLogCache(DynamicCache):
                     raise ValueError(
                         f"{', '.join(transformers_only)}: options of DeltaLogCache for transformers' models; for "
                         "flash-linear-attention's model classes it takes merge_interval, backend and stagger_merges "
-                        "only (FLA's "
-                        "generate has no static cache, and crop is not supported there)")
+                        "only (FLA's generate has no static cache, and crop is not supported there)")
                 return FLADeltaLogCache(model_or_config, *args, **kwargs)
         return super().__new__(cls)
 

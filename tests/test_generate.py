@@ -224,7 +224,8 @@ def test_chunked_prefill(family):
     assert max_logit_diff(out, ref) <= 1e-4
 
 
-@pytest.mark.parametrize("family, stagger", [(f, None) for f in ("qwen3_5", "qwen3_next", "kimi_linear", "bailing_hybrid")]
+@pytest.mark.parametrize("family, stagger", [(f, None) for f in ("qwen3_5", "qwen3_next", "kimi_linear",
+                                                                   "bailing_hybrid")]
                          + [("qwen3_5", True), ("kimi_linear", True)])
 def test_triton_backend_matches_dynamic_cache(family, stagger):
     """The fused Triton kernel end to end through generate (under TRITON_INTERPRET=1 on a machine without a GPU)."""
