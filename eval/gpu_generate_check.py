@@ -99,6 +99,7 @@ def check_family(family, a, device) -> list[dict]:
                              effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
                              dense_fla_kernel=any(layer.dense_kernel is not None for layer in layers),
                              backends=sorted({layer.backend for layer in layers}),
+                             staggered=sorted({layer.staggered for layer in layers}),
                              **compare(out, ref, prompt, a.new_tokens), reference_generate_s=round(t_ref, 2),
                              deltalog_generate_s=round(t_ours, 2)))
             print(rows[-1], flush=True)

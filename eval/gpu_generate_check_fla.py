@@ -1,6 +1,6 @@
 """GPU end-to-end check for flash-linear-attention's models: generate() with DeltaLogCache against FLA's own cache.
 
-FLA's ``RWKV6ForCausalLM`` (H = 32 heads, K = V = 64, the head sizes of RWKV6 at hidden 2048),
+FLA's ``RWKV6ForCausalLM`` (H = 32 heads, K = 32, V = 64: FLA's RWKV6 heads at hidden 2048 with expand_k = 0.5),
 ``GatedDeltaNetForCausalLM`` (Hk = 16, HV = 32, K = V = 128) and ``KDAForCausalLM`` (H = 32, K = V = 128), 4 recurrent
 layers each, random weights, fp32 and bf16, greedy decoding of a batch of prompts. The reference is FLA's ``Cache``
 with FLA's kernels; because FLA 0.6.0's ``generate`` under transformers 5.24 does not hand a cache to the model
@@ -90,6 +90,7 @@ def check_family(family: str, a, device) -> list[dict]:
             row = dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M,
                        effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
                        backends=sorted({layer.backend for layer in layers}),
+                       staggered=sorted({layer.staggered for layer in layers}),
                        dense_fla_kernel=any(layer.dense_fla for layer in layers),
                        **compare(out, ref, prompt, a.new_tokens), reference_vs_full_forward_max_abs_logit_diff=None,
                        reference_generate_s=round(t_ref, 2), deltalog_generate_s=round(t_ours, 2))

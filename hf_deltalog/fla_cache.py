@@ -176,6 +176,7 @@ class FLADeltaLogLayer(FLALayer):
         super().__init__()
         self.spec = spec
         self.stagger_merges = check_stagger_merges(stagger_merges)
+        self.staggered = False  # whether the log's last restart staggered the rows
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
         self.merge_interval = self.default_merge_interval = merge_interval
         self.auto_merge_interval = auto_merge_interval
@@ -267,9 +268,9 @@ class FLADeltaLogLayer(FLALayer):
         else:
             self.base.copy_(state if self.state_v_first == self.spec.state_v_first else state.transpose(-1, -2))
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
-        stagger = self.stagger_merges if self.stagger_merges is not None else stagger_by_default(
+        self.staggered = self.stagger_merges if self.stagger_merges is not None else stagger_by_default(
             rows * HV * K * V * 4, self.merge_interval)
-        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, stagger)
+        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.staggered)
 
     # ------------------------------------------------------------------ FLA's layer API
     def update(self, *, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, offset: int = 1,

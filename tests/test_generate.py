@@ -284,6 +284,7 @@ def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family, monk
             M = options["merge_interval"]
             expected = [(10 + (r if stagger else 0)) % M for r in range(3)]  # 10 decode steps after the prefill
             assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
+            assert all(layer.staggered is stagger for layer in cache.deltalog_layers), kw
     for bad in (1, "no", torch.tensor(True)):
         with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(None: staggered where it "
                                             r"measured faster, see hf_deltalog.cache.stagger_by_default\); got"):

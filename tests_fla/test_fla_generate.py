@@ -85,6 +85,7 @@ def test_staggered_and_aligned_merges_give_fla_cache_tokens(family, monkeypatch)
         assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4
         expected = [(NEW - 1 + (r if staggered else 0)) % 4 for r in range(2)]
         assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), (stagger, threshold)
+        assert [layer.staggered for layer in cache.deltalog_layers] == [staggered] * len(cache.deltalog_layers)
         monkeypatch.undo()
     with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(None: staggered where it "
                                         r"measured faster, see hf_deltalog.cache.stagger_by_default\); got 'no'"):
