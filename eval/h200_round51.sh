@@ -7,6 +7,8 @@
 # staggered = False). The rows record which layers staggered. (2) Then graph-mode TPOT of the Qwen3.5-35B-A3B architecture at
 # B = 256 and 64 (the default staggers both), with DeltaLogCache(stagger_merges=False) in the same process
 # (--aligned-batch-sizes): the first TPOT since the default changed, and its A/B against aligned phases.
+# Ran at commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes / --aligned-first have since
+# become --staggered-batch-sizes / --staggered-first (the default is now aligned).
 #   OUT=/path bash eval/h200_round51.sh     # results: $OUT/round51.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

@@ -4,6 +4,8 @@
 # the GDN kernels themselves take 1.2 % less device time per step in the same runs. This round: (1) the Kimi-Linear-
 # 48B-A3B architecture (KDA, the policy's M = 4) at B = 256, aligned run first, 8 profiled steps; (2) Qwen3.5 at
 # B = 64 with the aligned run first (round 52's time limit cut its default run).
+# Ran at commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes / --aligned-first have since
+# become --staggered-batch-sizes / --staggered-first (the default is now aligned).
 #   OUT=/path bash eval/h200_round53.sh     # results: $OUT/round53.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

@@ -1,9 +1,11 @@
-"""Markdown tables of the staggered-merge measurements (H200, 2026-12-01, rounds 47-49), from their committed JSONs.
+"""Markdown tables of the staggered-merge measurements (H200, 2026-12-01/02, rounds 47-53), from their committed JSONs.
 
-1. Same-process A/B: ``bench_gdn_decode.py --tune --tune-only '{}' '{"_stagger": true}' '{}'`` (aligned, staggered,
-   aligned again) per operator; µs per token, the change against the mean of the two aligned runs.
-2. The kernel tables with staggered phases (``--stagger``, what DeltaLogCache runs where ``stagger_by_default`` says
-   so): FLA's faster layout in the same run, ours per M, the best M and its speedup, the fraction of the DeltaLog floor,
+1. Same-process kernel A/B: ``bench_gdn_decode.py --tune --tune-only '{}' '{"_stagger": true}' '{}'`` (aligned,
+   staggered, aligned again) per operator; µs per token, the change against the mean of the two aligned runs.
+2. Same-process whole-model A/B (rounds 51-53, ``eval/tpot.py`` in graph mode, the two DeltaLog runs in both orders):
+   ms per token, and the recurrence kernels' device time per step from the profiled steps where they ran.
+3. The kernel tables with staggered phases (``--stagger``, what ``DeltaLogCache(stagger_merges=True)`` runs): FLA's
+   faster layout in the same run, ours per M, the best M and its speedup, the fraction of the DeltaLog floor,
    ReplaySSM's best ring length (GDN, KDA). RWKV6's B = 512 row is round 49's (round 48's limit cut it).
 
     python eval/stagger_tables.py [--root eval/results/h200]
@@ -34,6 +36,31 @@ def ab_table(root: Path) -> str:
         aligned, staggered = statistics.mean(p["aligned"]), p["staggered"][0]
         lines.append(f"| {op} | {B} | {M} | {' / '.join(f'{x:.1f}' for x in p['aligned'])} | {staggered:.1f} | "
                      f"{100 * (staggered / aligned - 1):+.1f} % |")
+    return "\n".join(lines)
+
+
+# (round, folder): the tpot.json of each whole-model A/B. Rounds 51-53 ran when the default staggered, so there the
+# default's run ("deltalog") is the staggered one and "deltalog_aligned" the aligned one.
+TPOT_AB = (("round51", "tpot_qwen"), ("round52", "tpot_qwen"), ("round53", "tpot_qwen"), ("round53", "tpot_kimi"))
+
+
+def tpot_ab_table(root: Path) -> str:
+    lines = ["| round | model | B | first DeltaLog run | StaticCache ms | aligned ms | staggered ms | staggered / aligned "
+             "time | recurrence ms per step, aligned / staggered |", "|---|---|---|---|---|---|---|---|---|"]
+    for rnd, folder in TPOT_AB:
+        runs = json.loads((root / rnd / folder / "tpot.json").read_text())["runs"]
+        for B in sorted({r["batch"] for r in runs}, reverse=True):
+            at = {r["cache"]: r for r in runs if r["batch"] == B}
+            if "deltalog" not in at or "deltalog_aligned" not in at:
+                continue  # a run the time limit cut
+            staggered, aligned = at["deltalog"], at["deltalog_aligned"]
+            assert staggered["staggered"] == [True] and aligned["staggered"] == [False]
+            first = "aligned" if runs.index(aligned) < runs.index(staggered) else "staggered"
+            prof = [r.get("profile", {}).get("state_update_ms") for r in (aligned, staggered)]
+            cells = [rnd, staggered["model"], B, first, f"{at['static']['tpot_ms']:.2f}", f"{aligned['tpot_ms']:.2f}",
+                     f"{staggered['tpot_ms']:.2f}", f"{100 * (staggered['tpot_ms'] / aligned['tpot_ms'] - 1):+.1f} %",
+                     " / ".join(f"{x:.3f}" for x in prof) if None not in prof else "–"]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -72,7 +99,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--root", type=Path, default=Path(__file__).parent / "results" / "h200")
     a = p.parse_args()
-    print(ab_table(a.root), "", full_tables(a.root), sep="\n")
+    print(ab_table(a.root), "", tpot_ab_table(a.root), "", full_tables(a.root), sep="\n")
 
 
 if __name__ == "__main__":

@@ -91,13 +91,13 @@ def parse(argv=None):
                    help="graph mode: at these batch sizes also run the static baseline a second time with the prompt "
                         "prefilled in chunks of other boundaries (same math, other rounding) and report its token "
                         "agreement with the first: how far rounding alone moves this model's greedy tokens")
-    p.add_argument("--aligned-batch-sizes", type=int, nargs="*", default=None,
-                   help="graph mode: at these batch sizes also run DeltaLogCache with stagger_merges=False (cache "
-                        "'deltalog_aligned'), so that the default's staggered merge phases (from 128 MiB of state per "
-                        "layer) and aligned ones are timed in one process")
-    p.add_argument("--aligned-first", action="store_true",
-                   help="with --aligned-batch-sizes: run the aligned DeltaLogCache before the default one (the order "
-                        "of the two, swapped between two runs, should not matter)")
+    p.add_argument("--staggered-batch-sizes", type=int, nargs="*", default=None,
+                   help="graph mode: at these batch sizes also run DeltaLogCache with stagger_merges=True (cache "
+                        "'deltalog_staggered'), so that staggered merge phases and the default's aligned ones are "
+                        "timed in one process")
+    p.add_argument("--staggered-first", action="store_true",
+                   help="with --staggered-batch-sizes: run the staggered DeltaLogCache before the default one (the "
+                        "order of the two, swapped between two runs, should not matter)")
     p.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: the cache's policy)")
     p.add_argument("--prefill-chunk-tokens", type=int, default=65536,
                    help="prefill in time chunks of at most this many tokens over the batch (activation memory)")
@@ -290,9 +290,9 @@ def run_graph(model, cache_kind, ids, mask, new_tokens, repeats, warmup, merge_i
 
     total = 1 + (warmup + 1) + repeats * new_tokens + profile_steps  # prefill token, warm-up + capture steps, ...
     max_len = ids.shape[1] + total
-    if cache_kind in ("deltalog", "deltalog_aligned"):
+    if cache_kind in ("deltalog", "deltalog_staggered"):
         cache = DeltaLogCache(model, merge_interval=merge_interval, static=True, max_cache_len=max_len,
-                              stagger_merges=False if cache_kind == "deltalog_aligned" else None)
+                              stagger_merges=cache_kind == "deltalog_staggered")
     else:
         cache = transformers.StaticCache(config=model.config, max_cache_len=max_len)
     dec = GraphDecoder(model, cache, capture=cuda, warmup_steps=warmup, eos_token_id=None,
@@ -311,7 +311,7 @@ def run_graph(model, cache_kind, ids, mask, new_tokens, repeats, warmup, merge_i
     profile = profile_steps_share(dec, model, profile_steps, cuda) if profile_steps else None
     steps = 1 + warmup + 1 + repeats * new_tokens
     sequences = dec.tokens[:, :steps].clone()
-    if cache_kind in ("deltalog", "deltalog_aligned"):
+    if cache_kind in ("deltalog", "deltalog_staggered"):
         extra = dict(cache.memory_breakdown(), merge_intervals=sorted({layer.merge_interval
                                                                        for layer in cache.deltalog_layers}),
                      backends=sorted({layer.backend for layer in cache.deltalog_layers}),
@@ -532,9 +532,9 @@ def main(argv=None):
                 kinds = ("static", "deltalog") if mode == "graph" else ("default", "deltalog")
                 if mode == "graph" and batch in (a.control_batch_sizes or ()):
                     kinds += ("static_control",)
-                if mode == "graph" and batch in (a.aligned_batch_sizes or ()):
-                    at = kinds.index("deltalog") + (0 if a.aligned_first else 1)
-                    kinds = kinds[:at] + ("deltalog_aligned",) + kinds[at:]
+                if mode == "graph" and batch in (a.staggered_batch_sizes or ()):
+                    at = kinds.index("deltalog") + (0 if a.staggered_first else 1)
+                    kinds = kinds[:at] + ("deltalog_staggered",) + kinds[at:]
                 for cache_kind in kinds:
                     if mode == "graph":
                         steps = a.warmup_steps + 1 + a.repeats * a.new_tokens + a.profile_steps
@@ -596,18 +596,18 @@ def main(argv=None):
                         row["profile"] = prof
                         row["state_update_share"] = prof["share"]
                     other = pair.get((mode, "baseline"))
-                    if cache_kind in ("deltalog", "deltalog_aligned", "static_control") and other is not None:
+                    if cache_kind in ("deltalog", "deltalog_staggered", "static_control") and other is not None:
                         row.update(agreement(seqs, other["seqs"], extra.get("margins"), other.get("margins")))
                         row["speedup_vs_baseline"] = other["row"]["tpot_ms"] / row["tpot_ms"]
                     if cache_kind == "static_control":
                         row["control_prefill_chunk"] = run_chunk
-                    # On the second of the two DeltaLog runs (default, aligned) of a batch: > 1 means the default's
-                    # run (staggered where the policy staggers) was faster than the one with aligned phases.
-                    if cache_kind in ("deltalog", "deltalog_aligned"):
-                        first = pair.get((mode, "deltalog_aligned" if cache_kind == "deltalog" else "deltalog"))
+                    # On the second of the two DeltaLog runs (default, staggered) of a batch: > 1 means the staggered
+                    # phases were faster than the default's aligned ones.
+                    if cache_kind in ("deltalog", "deltalog_staggered"):
+                        first = pair.get((mode, "deltalog_staggered" if cache_kind == "deltalog" else "deltalog"))
                         if first is not None:
-                            ours, aligned = (row, first["row"]) if cache_kind == "deltalog" else (first["row"], row)
-                            row["default_speedup_vs_aligned"] = aligned["tpot_ms"] / ours["tpot_ms"]
+                            ours, staggered = (row, first["row"]) if cache_kind == "deltalog" else (first["row"], row)
+                            row["staggered_speedup_vs_default"] = ours["tpot_ms"] / staggered["tpot_ms"]
                     pair[(mode, {"static": "baseline", "default": "baseline"}.get(cache_kind, cache_kind))] = dict(
                         seqs=seqs, row=row, margins=extra.get("margins"))
                     results.add(row)
@@ -626,8 +626,8 @@ def main(argv=None):
                     if row.get("speedup_vs_baseline") is not None:
                         msg += f", x{row['speedup_vs_baseline']:.3f} vs baseline, tokens " \
                                f"{100 * row['token_agreement']:.1f}% equal"
-                    if row.get("default_speedup_vs_aligned") is not None:
-                        msg += f", default cache x{row['default_speedup_vs_aligned']:.4f} vs aligned"
+                    if row.get("staggered_speedup_vs_default") is not None:
+                        msg += f", staggered x{row['staggered_speedup_vs_default']:.4f} vs the default (aligned)"
                     if prof is not None and prof["share"] is not None:
                         msg += f", state update {100 * prof['share']:.1f}%"
                     print(msg + f", peak {row['peak_memory_gib'] or 0:.1f} GiB, {wall:.1f}s", flush=True)

@@ -62,28 +62,12 @@ DENSE_BELOW_STATE_BYTES = {"gdn": 64 << 20, "kda": 16 << 20, "rwkv6": 16 << 20}
 KERNEL_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-# Where staggered merge phases (restart_log) measured faster than aligned ones on an H200 (eval/results/h200/NOTES.md,
-# rounds 47 and 49; one process per operator, aligned / staggered / aligned per point, H = 32, K = V = 128): every point
-# with at least 128 MiB of fp32 state per layer (B >= 64) at M = 4 and 8, for GDN, KDA and RWKV6 (0.2-2.3 % less time
-# per token); mixed below (B = 8 and 32: -2.0 % to +3.7 %) and slower at M = 16 (B = 128: +0.5 to +1.9 %).
-STAGGER_FROM_STATE_BYTES = 128 << 20
-STAGGER_MERGE_INTERVALS = range(4, 9)
-
-
-def stagger_by_default(state_bytes: int, merge_interval: int, can_crop: bool = False) -> bool:
-    """Whether a layer staggers its rows' merge phases when the user leaves ``stagger_merges=None``: where it measured
-    faster (``state_bytes`` of fp32 state per layer ≥ :data:`STAGGER_FROM_STATE_BYTES`, ``merge_interval`` in
-    :data:`STAGGER_MERGE_INTERVALS`) and the layer is not set up to crop (``can_crop``: a staggered batch of
-    ``B ≥ M`` rows always holds a row that has just merged, so ``crop`` could never go back a token)."""
-    return not can_crop and merge_interval in STAGGER_MERGE_INTERVALS and state_bytes >= STAGGER_FROM_STATE_BYTES
-
-
-def check_stagger_merges(value: Any) -> bool | None:
-    """``stagger_merges`` as given, or TypeError naming what is accepted (True, False or None; not 0/1, strings,
+def check_stagger_merges(value: Any) -> bool:
+    """``stagger_merges`` as given, or TypeError naming what is accepted (True or False; not None, 0/1, strings,
     numpy or torch booleans)."""
-    if value is not None and not isinstance(value, bool):
-        raise TypeError(f"stagger_merges must be True, False or None (None: staggered where it measured faster, see "
-                        f"hf_deltalog.cache.stagger_by_default); got {value!r}")
+    if not isinstance(value, bool):
+        raise TypeError(f"stagger_merges must be True or False (False, the default: every row merges at the same "
+                        f"step; see hf_deltalog.cache.restart_log); got {value!r}")
     return value
 
 
@@ -95,10 +79,13 @@ def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tenso
     ``M``-th step. ``stagger=True``: row ``r`` starts at ``length = r mod M`` with that many zero entries (``K_i = 0``,
     ``U_i = 0``, ``λ_i = 0``). A zero entry adds ``exp(ℓ̄ − Λ_i) K_i U_iᵀ = 0`` to the logical state, exactly, and
     leaves ``ℓ̄`` at 0, so the state is the base's either way; but then about ``1/M`` of the rows (exactly ``B/M`` when
-    ``B`` is a multiple of ``M``) merge at each step, and every step of a launch does the same work
-    (eval/results/h200/NOTES.md, rounds 47 and 49: 0.2-2.3 % less time per token than aligned phases at B = 64-512 and
-    M = 4, 8, and no merge step 2x slower than the others; see :func:`stagger_by_default`). Each row still merges
-    every ``M`` steps, its first merge after ``M − (r mod M)`` steps.
+    ``B`` is a multiple of ``M``) merge at each step, and every step of a launch does the same work. Each row still
+    merges every ``M`` steps, its first merge after ``M − (r mod M)`` steps.
+
+    Measured on an H200 (eval/results/h200/NOTES.md): the decode kernels alone, launched back to back, take 0.2-2.3 %
+    less time per token staggered at B = 64-512 and M = 4, 8 (rounds 47 and 49), and no step is twice as slow as the
+    others; but whole-model decoding in a CUDA graph is 0.4-1.2 % slower per token staggered (rounds 51-53: Qwen3.5-35B-
+    A3B and Kimi-Linear-48B-A3B architectures, B = 64 and 256), so the caches keep aligned phases unless asked.
 
     Shapes as in the module docstring (``C = M − 1`` slots; ``C = 0`` has no log and nothing to stagger). Allocates
     one ``[B]`` int32 tensor when staggering: not for a captured decode step (prefill runs eagerly).
@@ -260,12 +247,10 @@ class DeltaLogLayer(LinearAttentionLayer):
         layer_idx: the model layer this cache layer serves.
         number_of_states: conv states of the layer (transformers' ``number_of_conv_states``).
         stagger_merges: True: start row ``r``'s log at ``r mod M`` zero entries after each prefill, so that the rows
-            merge at different steps (:func:`restart_log`); False: every row merges at the same step; None (default):
-            :func:`stagger_by_default` decides at each prefill (it needs the batch size), with ``can_crop`` meaning
-            ``crop_ring`` or transformers' past recording active at the prefill.
+            merge at different steps (:func:`restart_log`); False (default): every row merges at the same step.
 
     Raises:
-        TypeError: a non-integer ``merge_interval``, a ``stagger_merges`` other than True, False or None.
+        TypeError: a non-integer ``merge_interval``, a ``stagger_merges`` other than True or False.
         ValueError: ``merge_interval`` outside ``[1, MAX_MERGE_INTERVAL]``, an unknown backend, ``dims`` that are not
             four positive ints with ``HV`` a multiple of ``Hk``.
     """
@@ -277,7 +262,7 @@ class DeltaLogLayer(LinearAttentionLayer):
     def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
                  layer_idx: int, number_of_states: int = 1, status: _Status | None = None,
                  auto_merge_interval: bool = False, static: bool = False, crop_ring: bool = False,
-                 stagger_merges: bool | None = None):
+                 stagger_merges: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if merge_interval is None:
@@ -484,9 +469,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
             self._allocate(batch, recurrent_states.device)
         self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
-        HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
-        self.staggered = self.stagger_merges if self.stagger_merges is not None else stagger_by_default(
-            batch * HV * K * V * 4, self.merge_interval, can_crop=self.crop_ring or self.record_past)
+        self.staggered = self.stagger_merges
         restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.staggered)
         if self.crop_ring:
             self._seed_conv_ring()
@@ -691,11 +674,9 @@ class DeltaLogLayer(LinearAttentionLayer):
             # row holds the (seen - _log_start) mod M tokens decoded since its last merge.
             staggered = ""
             if self.staggered and tokens <= (seen - self._log_start) % self.merge_interval:
-                how = ("stagger_merges=False" if self.stagger_merges else
-                       "stagger_merges=False, or with crop_ring=True or activate_past_recording() before the prefill "
-                       "(the default then keeps the rows aligned)")
                 staggered = (" Its rows merge at different steps (staggered merge phases), so some row has merged "
-                             f"since; a cache built with {how} would keep these tokens in every row's log.")
+                             "since; a cache built with stagger_merges=False (the default) would keep these tokens in "
+                             "every row's log.")
             raise ValueError(
                 f"cannot crop {tokens} tokens exactly: layer {self.layer_idx} keeps only its last {live} decoded "
                 f"tokens in the log (merge interval M={self.merge_interval}; the log restarts after every merge, "
@@ -912,16 +893,14 @@ class DeltaLogCache(DynamicCache):
         stagger_merges: True: after each prefill, row ``r``'s log starts with ``r mod M`` zero entries (exact
             no-ops), so about ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th
             step: the same work per token, spread evenly over the steps, and no step twice as slow as the others.
-            False: every row merges at the same step. None (default): staggered where it measured faster on an
-            H200 (0.2-2.3 % per token at 128 MiB of fp32 state per layer and more, i.e. B ≥ 64 at 32 heads of
-            128 × 128, with M = 4 to 8; :func:`hf_deltalog.cache.stagger_by_default`) unless the cache is set up to crop
-            (``crop_ring=True``, or ``activate_past_recording()`` called before the prefill): ``crop(-n)`` needs the
-            last ``n`` tokens in every row's log, and a staggered batch of ``B ≥ M`` rows always holds a row that has
-            just merged.
+            False (default): every row merges at the same step. On an H200 the decode kernels alone ran 0.2-2.3 %
+            faster staggered, but whole-model graph decoding 0.4-1.2 % slower (:func:`hf_deltalog.cache.restart_log`).
+            It also limits ``crop(-n)``, which needs the last ``n`` tokens in every row's log: a staggered batch of
+            ``B ≥ M`` rows always holds a row that has just merged.
 
     Raises:
         TypeError: not a model/config, a non-integer ``merge_interval``, a non-bool ``static`` or ``crop_ring``, a
-            ``stagger_merges`` other than True, False or None.
+            ``stagger_merges`` other than True or False.
         ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend,
             static mode without a positive ``max_cache_len`` or on a config without attention layers, ``max_cache_len``
             without static mode, ``static``,
@@ -948,7 +927,7 @@ class DeltaLogCache(DynamicCache):
 
     def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
                  static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False,
-                 stagger_merges: bool | None = None):
+                 stagger_merges: bool = False):
         config = _config_of(model_or_config).get_text_config(decoder=True)
         model_type = getattr(config, "model_type", None)
         try:

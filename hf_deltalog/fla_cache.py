@@ -62,7 +62,6 @@ from hf_deltalog.cache import (
     check_stagger_merges,
     memory_breakdown_of,
     restart_log,
-    stagger_by_default,
 )
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -165,14 +164,14 @@ class FLADeltaLogLayer(FLALayer):
         auto_merge_interval: ``merge_interval`` is the family default, so the Triton backend may pick ``M = 1`` for
             small states (:data:`hf_deltalog.cache.DENSE_BELOW_STATE_BYTES`).
         stagger_merges: start row ``r``'s log at ``r mod M`` zero entries after each prefill
-            (:func:`hf_deltalog.cache.restart_log`); None: :func:`hf_deltalog.cache.stagger_by_default` decides.
+            (:func:`hf_deltalog.cache.restart_log`).
     """
 
     is_compileable = False
 
     def __init__(self, spec: FLAFamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
                  layer_idx: int, shared: _Shared | None = None, auto_merge_interval: bool = False,
-                 stagger_merges: bool | None = None):
+                 stagger_merges: bool = False):
         super().__init__()
         self.spec = spec
         self.stagger_merges = check_stagger_merges(stagger_merges)
@@ -267,9 +266,7 @@ class FLADeltaLogLayer(FLALayer):
             self.base = state  # FLA's fresh final state in the base's layout; nothing else refers to it
         else:
             self.base.copy_(state if self.state_v_first == self.spec.state_v_first else state.transpose(-1, -2))
-        HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
-        self.staggered = self.stagger_merges if self.stagger_merges is not None else stagger_by_default(
-            rows * HV * K * V * 4, self.merge_interval)
+        self.staggered = self.stagger_merges
         restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.staggered)
 
     # ------------------------------------------------------------------ FLA's layer API
@@ -522,13 +519,12 @@ class FLADeltaLogCache(FLACache):
             H = 32, K = V = 128) decodes densely through FLA's own kernel, where DeltaLog measured slower.
         backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
         stagger_merges: True: after each prefill row ``r``'s log starts with ``r mod M`` zero entries, so about
-            ``1/M`` of the rows merge at each decode step (:func:`hf_deltalog.cache.restart_log`); False: every row
-            merges at the same step; None (default): staggered where it measured faster on an H200
-            (:func:`hf_deltalog.cache.stagger_by_default`: 128 MiB of fp32 state per layer and more, M = 4 to 8;
-            FLA's cache has no ``crop``, which staggering would limit).
+            ``1/M`` of the rows merge at each decode step (:func:`hf_deltalog.cache.restart_log`, which gives the
+            H200 measurements: faster kernels, slower whole-model graph decoding); False (default): every row merges
+            at the same step.
 
     Raises:
-        TypeError: a non-integer ``merge_interval``, a ``stagger_merges`` other than True, False or None.
+        TypeError: a non-integer ``merge_interval``, a ``stagger_merges`` other than True or False.
         ValueError: not a model/config of a supported FLA model type, ``merge_interval`` out of range, an unknown
             backend.
     """
@@ -537,7 +533,7 @@ class FLADeltaLogCache(FLACache):
     _deltalog_generate_checks = True  # the generate patch calls _check_model/_before_generate/_after_generate
 
     def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
-                 stagger_merges: bool | None = None):
+                 stagger_merges: bool = False):
         config = getattr(model_or_config, "config", model_or_config)
         spec = fla_family_of(config)
         if spec is None:

@@ -85,7 +85,7 @@ def test_every_merge_interval_gives_the_same_tokens(family, merge_interval):
     assert max_logit_diff(out, ref) <= 1e-4
 
 
-@pytest.mark.parametrize("family, stagger", [(f, None) for f in FAMILIES] + [("qwen3_5", True), ("kimi_linear", True)])
+@pytest.mark.parametrize("family, stagger", [(f, False) for f in FAMILIES] + [("qwen3_5", True), ("kimi_linear", True)])
 def test_beam_search(family, stagger):
     """Beam search reorders rows every step; staggered rows carry their own phase (length) with them."""
     model = tiny_model(family)
@@ -224,8 +224,8 @@ def test_chunked_prefill(family):
     assert max_logit_diff(out, ref) <= 1e-4
 
 
-@pytest.mark.parametrize("family, stagger", [(f, None) for f in ("qwen3_5", "qwen3_next", "kimi_linear",
-                                                                   "bailing_hybrid")]
+@pytest.mark.parametrize("family, stagger", [(f, False) for f in ("qwen3_5", "qwen3_next", "kimi_linear",
+                                                                    "bailing_hybrid")]
                          + [("qwen3_5", True), ("kimi_linear", True)])
 def test_triton_backend_matches_dynamic_cache(family, stagger):
     """The fused Triton kernel end to end through generate (under TRITON_INTERPRET=1 on a machine without a GPU)."""
@@ -261,42 +261,24 @@ def test_merge_interval_policy():
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
-def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family, monkeypatch):
-    """stagger_merges=True / False, and the default, which staggers from STAGGER_FROM_STATE_BYTES of state per layer
-    (set to 0 here, so that these tiny layers qualify) at M = 4 to 8, unless the cache is set up to crop."""
-    import hf_deltalog.cache
-
+def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family):
+    """stagger_merges=True / False and the default (False: every row merges at the same step), also with crop_ring."""
     model = tiny_model(family)
     ids = prompt_ids(3, 6, seed=12)
     ref = generate(model, ids, max_new_tokens=11, **GREEDY)
-    tiny = ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, False))
-    qualifying = (({}, True), (dict(merge_interval=3), False), (dict(crop_ring=True), False),
-                  (dict(past_recording=True), False), (dict(crop_ring=True, stagger_merges=True), True))
-    for threshold, cases in ((hf_deltalog.cache.STAGGER_FROM_STATE_BYTES, tiny), (0, qualifying)):
-        monkeypatch.setattr(hf_deltalog.cache, "STAGGER_FROM_STATE_BYTES", threshold)
-        for kw, stagger in cases:
-            options = dict(dict(merge_interval=4), **{k: v for k, v in kw.items() if k != "past_recording"})
-            cache = DeltaLogCache(model, **options)
-            if kw.get("past_recording"):
-                cache.activate_past_recording()
-            out = generate(model, ids, cache, max_new_tokens=11, **GREEDY)
-            assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4, kw
-            M = options["merge_interval"]
-            expected = [(10 + (r if stagger else 0)) % M for r in range(3)]  # 10 decode steps after the prefill
-            assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
-            assert all(layer.staggered is stagger for layer in cache.deltalog_layers), kw
-    for bad in (1, "no", torch.tensor(True)):
-        with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(None: staggered where it "
-                                            r"measured faster, see hf_deltalog.cache.stagger_by_default\); got"):
+    for kw, stagger in ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, False),
+                        (dict(crop_ring=True, stagger_merges=True), True), (dict(merge_interval=3), False)):
+        options = dict(dict(merge_interval=4), **kw)
+        cache = DeltaLogCache(model, **options)
+        out = generate(model, ids, cache, max_new_tokens=11, **GREEDY)
+        assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4, kw
+        M = options["merge_interval"]
+        expected = [(10 + (r if stagger else 0)) % M for r in range(3)]  # 10 decode steps after the prefill
+        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
+        assert all(layer.staggered is stagger for layer in cache.deltalog_layers), kw
+    for bad in (None, 1, "no", torch.tensor(True)):
+        with pytest.raises(TypeError, match=r"stagger_merges must be True or False \(False, the default: every row "
+                                            r"merges at the same step; see hf_deltalog.cache.restart_log\); got"):
             DeltaLogCache(model, stagger_merges=bad)
-    with pytest.raises(TypeError, match="stagger_merges must be True, False or None"):
+    with pytest.raises(TypeError, match="stagger_merges must be True or False"):
         DeltaLogLayer(cache.deltalog_layers[0].spec, (2, 4, 8, 16), 4, "torch", layer_idx=0, stagger_merges="no")
-
-
-def test_stagger_by_default_rule():
-    from hf_deltalog.cache import STAGGER_FROM_STATE_BYTES, stagger_by_default
-
-    big = 64 * 32 * 128 * 128 * 4  # B = 64 at 32 heads of 128 x 128: 128 MiB
-    assert big == STAGGER_FROM_STATE_BYTES
-    assert [stagger_by_default(big, M) for M in (1, 2, 3, 4, 8, 9, 16)] == [False] * 3 + [True] * 2 + [False] * 2
-    assert not stagger_by_default(big - 1, 8) and not stagger_by_default(big, 8, can_crop=True)

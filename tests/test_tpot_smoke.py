@@ -23,17 +23,17 @@ def test_tpot_cpu_smoke(tmp_path):
     tpot = load("tpot")
     tpot.main(["--cpu-smoke", "--out", str(tmp_path), "--batch-sizes", "2", "--new-tokens", "3",
                "--eager-new-tokens", "3", "--prefill-chunk-tokens", "8", "--record-margins",  # 2 rows x 4 tokens: chunked
-               "--control-batch-sizes", "2", "--aligned-batch-sizes", "2"])
+               "--control-batch-sizes", "2", "--staggered-batch-sizes", "2"])
     data = json.loads((tmp_path / "tpot.json").read_text())
     runs = {(r["mode"], r["cache"]): r for r in data["runs"]}
     assert set(runs) == {("graph", "static"), ("graph", "deltalog"), ("graph", "static_control"),
-                         ("graph", "deltalog_aligned"), ("eager", "default"), ("eager", "deltalog")}
+                         ("graph", "deltalog_staggered"), ("eager", "default"), ("eager", "deltalog")}
     assert data["skipped"] == []
     for (mode, cache), r in runs.items():
         assert r["batch"] == 2 and r["prompt_len"] == 8 and r["tpot_ms"] > 0
         assert r["steps_timed"] == (2 * 3 if mode == "graph" else 2)  # graph: 2 repeats x 3 steps; eager: 3 tokens
         if cache.startswith("deltalog"):
-            assert r["staggered"] == [False]  # the tiny model's state is far below STAGGER_FROM_STATE_BYTES
+            assert r["staggered"] == [cache == "deltalog_staggered"]  # the default: aligned merge phases
     for mode in ("graph", "eager"):
         ours = runs[(mode, "deltalog")]
         assert ours["identical"] and ours["token_agreement"] == 1.0  # fp32: the caches give the same tokens
@@ -42,10 +42,10 @@ def test_tpot_cpu_smoke(tmp_path):
     assert runs[("graph", "deltalog")]["margins_at_first_difference"]["rows"] == 0  # --record-margins, no row parts
     control = runs[("graph", "static_control")]  # the baseline again, prompt prefilled in chunks of 2 instead of 4
     assert control["control_prefill_chunk"] == 2 and control["token_agreement"] == 1.0
-    aligned = runs[("graph", "deltalog_aligned")]  # --aligned-batch-sizes: DeltaLogCache(stagger_merges=False)
-    assert aligned["identical"] and aligned["default_speedup_vs_aligned"] > 0
-    assert aligned["default_speedup_vs_aligned"] == aligned["tpot_ms"] / runs[("graph", "deltalog")]["tpot_ms"]
-    assert "default_speedup_vs_aligned" not in runs[("graph", "deltalog")]  # the ratio goes on the second run
+    staggered = runs[("graph", "deltalog_staggered")]  # --staggered-batch-sizes: DeltaLogCache(stagger_merges=True)
+    assert staggered["identical"]
+    assert staggered["staggered_speedup_vs_default"] == runs[("graph", "deltalog")]["tpot_ms"] / staggered["tpot_ms"]
+    assert "staggered_speedup_vs_default" not in runs[("graph", "deltalog")]  # the ratio goes on the second run
     for cache in ("static", "deltalog", "static_control"):
         prof = runs[("graph", cache)]["profile"]
         assert prof["clock"] == "cpu" and prof["steps"] == 3 and 0 < prof["share"] < 1
@@ -60,16 +60,16 @@ def test_tpot_cpu_smoke(tmp_path):
     assert "control (baseline, prefill chunks of 2): 100.0% equal" in report.table(data)
 
 
-def test_tpot_aligned_first_cpu_smoke(tmp_path):
-    """--aligned-first swaps the two DeltaLog runs of --aligned-batch-sizes; the ratio goes on the second one."""
+def test_tpot_staggered_first_cpu_smoke(tmp_path):
+    """--staggered-first swaps the two DeltaLog runs of --staggered-batch-sizes; the ratio goes on the second one."""
     tpot = load("tpot")
     tpot.main(["--cpu-smoke", "--out", str(tmp_path), "--batch-sizes", "2", "--new-tokens", "2", "--modes", "graph",
-               "--profile-steps", "0", "--aligned-batch-sizes", "2", "--aligned-first"])
+               "--profile-steps", "0", "--staggered-batch-sizes", "2", "--staggered-first"])
     runs = json.loads((tmp_path / "tpot.json").read_text())["runs"]
-    assert [r["cache"] for r in runs] == ["static", "deltalog_aligned", "deltalog"]
-    aligned, ours = runs[1:]
-    assert "default_speedup_vs_aligned" not in aligned
-    assert ours["default_speedup_vs_aligned"] == aligned["tpot_ms"] / ours["tpot_ms"] and ours["identical"]
+    assert [r["cache"] for r in runs] == ["static", "deltalog_staggered", "deltalog"]
+    staggered, ours = runs[1:]
+    assert "staggered_speedup_vs_default" not in staggered and staggered["staggered"] == [True]
+    assert ours["staggered_speedup_vs_default"] == ours["tpot_ms"] / staggered["tpot_ms"] and ours["identical"]
 
 
 def test_memory_plan_of_the_full_size_architectures():

@@ -71,32 +71,27 @@ def test_greedy_matches_fla_cache(family, merge_interval):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_staggered_and_aligned_merges_give_fla_cache_tokens(family, monkeypatch):
-    """stagger_merges=True / False, and the default (None), which staggers these tiny layers once
-    STAGGER_FROM_STATE_BYTES is 0 (FLA's cache has no crop to prevent it)."""
-    import hf_deltalog.cache
-
+def test_staggered_and_aligned_merges_give_fla_cache_tokens(family):
+    """stagger_merges=True / False and the default (False: every row merges at the same step)."""
     model, ref = tiny_model(family), greedy_ref(family)
-    for stagger, threshold, staggered in ((True, None, True), (False, 0, False), (None, None, False), (None, 0, True)):
-        if threshold is not None:
-            monkeypatch.setattr(hf_deltalog.cache, "STAGGER_FROM_STATE_BYTES", threshold)
-        cache = DeltaLogCache(model, merge_interval=4, stagger_merges=stagger)
+    for kw, staggered in ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, False)):
+        cache = DeltaLogCache(model, merge_interval=4, **kw)
         out = generate_ours(model, prompt_ids(2, PROMPT), cache, max_new_tokens=NEW, **GREEDY)
         assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4
         expected = [(NEW - 1 + (r if staggered else 0)) % 4 for r in range(2)]
-        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), (stagger, threshold)
+        assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
         assert [layer.staggered for layer in cache.deltalog_layers] == [staggered] * len(cache.deltalog_layers)
-        monkeypatch.undo()
-    with pytest.raises(TypeError, match=r"stagger_merges must be True, False or None \(None: staggered where it "
-                                        r"measured faster, see hf_deltalog.cache.stagger_by_default\); got 'no'"):
-        DeltaLogCache(model, stagger_merges="no")
+    for bad in (None, "no"):
+        with pytest.raises(TypeError, match=r"stagger_merges must be True or False \(False, the default: every row "
+                                            r"merges at the same step; see hf_deltalog.cache.restart_log\); got"):
+            DeltaLogCache(model, stagger_merges=bad)
     layer = cache.deltalog_layers[0]
-    with pytest.raises(TypeError, match="stagger_merges must be True, False or None"):
+    with pytest.raises(TypeError, match="stagger_merges must be True or False"):
         FLADeltaLogLayer(layer.spec, (layer.num_k_heads, layer.num_v_heads, layer.k_head_dim, layer.v_head_dim), 4,
                          "torch", 0, stagger_merges=0)
 
 
-@pytest.mark.parametrize("stagger", [None, True])
+@pytest.mark.parametrize("stagger", [False, True])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_triton_backend_greedy(family, stagger):
     """The Triton kernels (under the interpreter here) with their V-first base decode FLA's models too, with aligned
@@ -113,7 +108,7 @@ def test_triton_backend_greedy(family, stagger):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("stagger", [None, True])
+@pytest.mark.parametrize("stagger", [False, True])
 def test_beam_search(family, stagger):
     """Beam search reorders (and first expands) the cache rows: same beams and scores as FLA's cache (staggered rows
     carry their phase with them)."""
