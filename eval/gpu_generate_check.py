@@ -90,7 +90,7 @@ def check_family(family, a, device) -> list[dict]:
                 ref = model.generate(ids, **kw)
                 t_ref = time.perf_counter() - t0
                 log(f"{family} {dtype_name} B={batch} M={M}: DeltaLogCache generate ...")
-                cache = DeltaLogCache(model, merge_interval=M, backend=backend)
+                cache = DeltaLogCache(model, merge_interval=M, backend=backend, stagger_merges=a.stagger_merges)
                 t0 = time.perf_counter()
                 out = model.generate(ids, past_key_values=cache, **kw)
                 t_ours = time.perf_counter() - t0
@@ -118,6 +118,8 @@ def main(argv=None) -> list[dict]:
                    help="JSON output (default eval/results/gpu_generate_check.json; none with --cpu-smoke)")
     p.add_argument("--families", nargs="+", default=["qwen3_5"], choices=sorted(MODELS),
                    help="qwen3_5 (GDN heads of Qwen3.5: Hk = 16, HV = 32) and/or kimi_linear (KDA, H = 32)")
+    p.add_argument("--stagger-merges", action="store_true",
+                   help="DeltaLogCache(stagger_merges=True) in every run (default: the cache's default, aligned)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny shapes on the CPU, DeltaLogCache's Triton backend under the interpreter")
     a = p.parse_args(argv)

@@ -82,7 +82,7 @@ def check_family(family: str, a, device) -> list[dict]:
                     ref = model.generate(ids, past_key_values=reference_cache, **kw)
                 t_ref = time.perf_counter() - t0
                 log(f"{what}: DeltaLogCache generate ...")
-                cache = DeltaLogCache(model, merge_interval=M)
+                cache = DeltaLogCache(model, merge_interval=M, stagger_merges=a.stagger_merges)
                 t0 = time.perf_counter()
                 out = model.generate(ids, past_key_values=cache, **kw)
                 t_ours = time.perf_counter() - t0
@@ -119,6 +119,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default eval/results/gpu_generate_check_fla.json; none with --cpu-smoke)")
+    p.add_argument("--stagger-merges", action="store_true",
+                   help="DeltaLogCache(stagger_merges=True) in every run (default: the cache's default, aligned)")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU under the Triton interpreter")
     a = p.parse_args(argv)
     if a.cpu_smoke:

@@ -6,6 +6,8 @@
 # guard check (23 cases), generate against the default cache at real head sizes (Qwen3.5 architecture B = 64 at the
 # policy's M; FLA RWKV6 32:8), graph_generate on the trained GDN checkpoint (static mode, the default staggered and
 # stagger_merges=False), all fp32.
+# Ran on 2026-12-01, before commit 35c2ef0 made aligned phases the default (stagger_merges=False); None, used in the
+# graph check below, is refused since: check out 35c2ef0~1 to run it as it ran, or pass True for the staggered case.
 #   OUT=/path bash eval/h200_round48.sh     # results: $OUT/round48.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

@@ -3,6 +3,8 @@
 # staggered phases (--stagger, the cache's default); and a same-process A/B of staggered against aligned phases where
 # round 47 did not look: B = 8 and 32 at M = 4 and 8 (where the policy decodes with DeltaLog), and M = 16 at B = 128
 # (round 48's staggered M = 16 times were 2-3 % above earlier aligned runs). Order {}, stagger, {} per point.
+# Ran on 2026-12-01, before commit 35c2ef0 made aligned phases the cache's default (stagger_merges=False); the kernel
+# benchmark's --stagger is unchanged.
 #   OUT=/path bash eval/h200_round49.sh     # results: $OUT/round49.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

@@ -4,6 +4,7 @@
 # calls per cache: the first eager times since the per-forward guard (2026-12-01), which adds host work to every
 # dynamic-mode forward, and at B = 64 with the staggered merges the default now picks there (128 MiB per layer, M = 8).
 # The earlier eager figures: B = 1 120.58 -> 81.30 ms (one call), B = 64 0.967x (BENCHMARKS.md).
+# Ran on 2026-12-01, before commit 35c2ef0 made aligned phases the default (stagger_merges=False).
 #   OUT=/path bash eval/h200_round50.sh     # results: $OUT/round50.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

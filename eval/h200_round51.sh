@@ -7,8 +7,9 @@
 # staggered = False). The rows record which layers staggered. (2) Then graph-mode TPOT of the Qwen3.5-35B-A3B architecture at
 # B = 256 and 64 (the default staggers both), with DeltaLogCache(stagger_merges=False) in the same process
 # (--aligned-batch-sizes): the first TPOT since the default changed, and its A/B against aligned phases.
-# Ran at commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes / --aligned-first have since
-# become --staggered-batch-sizes / --staggered-first (the default is now aligned).
+# Ran on 2026-12-02 with the code of commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes /
+# --aligned-first became --staggered-batch-sizes / --staggered-first in 35c2ef0 (the default is now aligned): check out
+# 6430d37 to run this as it ran.
 #   OUT=/path bash eval/h200_round51.sh     # results: $OUT/round51.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

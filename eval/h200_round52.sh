@@ -6,8 +6,9 @@
 # recurrence kernels' device time per step, and the top kernels), and at B = 256 the static baseline's control run
 # (the same math prefilled in other chunks: how far rounding alone, through other tokens and expert choices of this
 # random-weight MoE, moves TPOT).
-# Ran at commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes / --aligned-first have since
-# become --staggered-batch-sizes / --staggered-first (the default is now aligned).
+# Ran on 2026-12-02 with the code of commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes /
+# --aligned-first became --staggered-batch-sizes / --staggered-first in 35c2ef0 (the default is now aligned): check out
+# 6430d37 to run this as it ran.
 #   OUT=/path bash eval/h200_round52.sh     # results: $OUT/round52.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

@@ -4,8 +4,9 @@
 # the GDN kernels themselves take 1.2 % less device time per step in the same runs. This round: (1) the Kimi-Linear-
 # 48B-A3B architecture (KDA, the policy's M = 4) at B = 256, aligned run first, 8 profiled steps; (2) Qwen3.5 at
 # B = 64 with the aligned run first (round 52's time limit cut its default run).
-# Ran at commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes / --aligned-first have since
-# become --staggered-batch-sizes / --staggered-first (the default is now aligned).
+# Ran on 2026-12-02 with the code of commit 6430d37, when the default staggered; tpot.py's --aligned-batch-sizes /
+# --aligned-first became --staggered-batch-sizes / --staggered-first in 35c2ef0 (the default is now aligned): check out
+# 6430d37 to run this as it ran.
 #   OUT=/path bash eval/h200_round53.sh     # results: $OUT/round53.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

@@ -39,25 +39,40 @@ def ab_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-# (round, folder): the tpot.json of each whole-model A/B. Rounds 51-53 ran when the default staggered, so there the
-# default's run ("deltalog") is the staggered one and "deltalog_aligned" the aligned one.
+# (round, folder): the tpot.json of each whole-model A/B. Rounds 51-53 ran when the default staggered (runs
+# "deltalog", staggered, and "deltalog_aligned"); tpot.py now writes "deltalog" (aligned) and "deltalog_staggered". The
+# table tells the two runs apart by what each recorded ("staggered": [True] / [False]), so it reads both namings.
 TPOT_AB = (("round51", "tpot_qwen"), ("round52", "tpot_qwen"), ("round53", "tpot_qwen"), ("round53", "tpot_kimi"))
 
 
-def tpot_ab_table(root: Path) -> str:
+def _ab_pair(runs: list[dict]) -> tuple[dict, dict] | None:
+    """The (aligned, staggered) DeltaLog runs among one batch's runs; None where one is missing (a time limit cut it).
+    Raises ValueError for runs that do not say whether they staggered, or for two of a kind."""
+    ours = [r for r in runs if r["cache"].startswith("deltalog")]
+    if any(r.get("staggered") not in ([True], [False]) for r in ours):
+        raise ValueError(f"DeltaLog runs without a staggered record: {[(r['cache'], r.get('staggered')) for r in ours]}")
+    aligned = [r for r in ours if r["staggered"] == [False]]
+    staggered = [r for r in ours if r["staggered"] == [True]]
+    if len(aligned) > 1 or len(staggered) > 1:
+        raise ValueError(f"expected one aligned and one staggered run; got {[r['cache'] for r in ours]}")
+    return (aligned[0], staggered[0]) if aligned and staggered else None
+
+
+def tpot_ab_table(root: Path, sources=TPOT_AB) -> str:
     lines = ["| round | model | B | first DeltaLog run | StaticCache ms | aligned ms | staggered ms | staggered / aligned "
              "time | recurrence ms per step, aligned / staggered |", "|---|---|---|---|---|---|---|---|---|"]
-    for rnd, folder in TPOT_AB:
+    for rnd, folder in sources:
         runs = json.loads((root / rnd / folder / "tpot.json").read_text())["runs"]
         for B in sorted({r["batch"] for r in runs}, reverse=True):
-            at = {r["cache"]: r for r in runs if r["batch"] == B}
-            if "deltalog" not in at or "deltalog_aligned" not in at:
+            at = [r for r in runs if r["batch"] == B and r["mode"] == "graph"]
+            pair = _ab_pair(at)
+            if pair is None:
                 continue  # a run the time limit cut
-            staggered, aligned = at["deltalog"], at["deltalog_aligned"]
-            assert staggered["staggered"] == [True] and aligned["staggered"] == [False]
+            aligned, staggered = pair
+            static = next(r for r in at if r["cache"] == "static")
             first = "aligned" if runs.index(aligned) < runs.index(staggered) else "staggered"
             prof = [r.get("profile", {}).get("state_update_ms") for r in (aligned, staggered)]
-            cells = [rnd, staggered["model"], B, first, f"{at['static']['tpot_ms']:.2f}", f"{aligned['tpot_ms']:.2f}",
+            cells = [rnd, staggered["model"], B, first, f"{static['tpot_ms']:.2f}", f"{aligned['tpot_ms']:.2f}",
                      f"{staggered['tpot_ms']:.2f}", f"{100 * (staggered['tpot_ms'] / aligned['tpot_ms'] - 1):+.1f} %",
                      " / ".join(f"{x:.3f}" for x in prof) if None not in prof else "–"]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")

@@ -120,6 +120,13 @@ def parse(argv=None):
         p.error("--new-tokens and --eager-new-tokens must be >= 2 (the first token comes from the prefill)")
     if any(b < 1 for b in a.batch_sizes):
         p.error("batch sizes must be >= 1")
+    for name in ("control_batch_sizes", "staggered_batch_sizes"):  # graph-mode extras: name what they would miss
+        missing = sorted(set(getattr(a, name) or ()) - set(a.batch_sizes))
+        if missing or (getattr(a, name) and "graph" not in a.modes):
+            p.error(f"--{name.replace('_', '-')} adds graph-mode runs at batch sizes of --batch-sizes; got "
+                    f"{getattr(a, name)} with --batch-sizes {a.batch_sizes} and --modes {a.modes}")
+    if a.staggered_first and not a.staggered_batch_sizes:
+        p.error("--staggered-first orders the runs of --staggered-batch-sizes; give that option too")
     return a
 
 
@@ -461,7 +468,7 @@ class Results:
         fields = ["model", "mode", "cache", "batch", "prompt_len", "new_tokens", "repeats", "tpot_ms", "tpot_ms_min",
                   "tpot_ms_max", "step_ms_p10", "step_ms_p90", "speedup_vs_baseline", "token_agreement",
                   "first_differing_step", "peak_memory_gib", "state_bytes", "log_overhead", "crop_ring_bytes",
-                  "state_update_share", "wall_s"]
+                  "state_update_share", "staggered", "staggered_speedup_vs_default", "wall_s"]
         with open(self.out / "tpot.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             w.writeheader()

@@ -66,13 +66,14 @@ def check_stagger_merges(value: Any) -> bool:
     """``stagger_merges`` as given, or TypeError naming what is accepted (True or False; not None, 0/1, strings,
     numpy or torch booleans)."""
     if not isinstance(value, bool):
+        former = " (None chose staggering by state size until 2026-12-02; that rule was removed)" if value is None else ""
         raise TypeError(f"stagger_merges must be True or False (False, the default: every row merges at the same "
-                        f"step; see hf_deltalog.cache.restart_log); got {value!r}")
+                        f"step; see hf_deltalog.cache.restart_log); got {value!r}{former}")
     return value
 
 
 def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor,
-                length: torch.Tensor, stagger: bool) -> None:
+                length: torch.Tensor, stagger: bool) -> bool:
     """Restart a layer's log after a new dense base (prefill, multi-token forward), in place.
 
     ``stagger=False``: every row starts empty (``length = 0``), so all rows append together and merge together, every
@@ -89,15 +90,19 @@ def restart_log(log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tenso
 
     Shapes as in the module docstring (``C = M − 1`` slots; ``C = 0`` has no log and nothing to stagger). Allocates
     one ``[B]`` int32 tensor when staggering: not for a captured decode step (prefill runs eagerly).
+
+    Returns:
+        Whether some row now starts at another phase than row 0: ``stagger`` with a log (``M ≥ 2``) and ``B ≥ 2``.
     """
     log_decay.zero_()
     C = k_log.shape[2]
-    if not stagger or C == 0:
+    if not stagger or C == 0 or length.shape[0] < 2:
         length.zero_()
-        return
+        return False
     for t in (k_log, u_log, decay_log):
         t.zero_()  # every slot a zero entry: the slots below each row's start length are its live zero entries
     length.copy_(torch.arange(length.shape[0], device=length.device, dtype=length.dtype) % (C + 1))
+    return True
 
 
 def _fla_dense_decode(operator: str) -> Callable | None:
@@ -276,7 +281,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self.is_compileable = static
         self.crop_ring = crop_ring
         self.stagger_merges = check_stagger_merges(stagger_merges)
-        self.staggered = False  # whether the log's last restart staggered the rows
+        self.staggered = False  # whether the log's last restart staggered the rows (restart_log's answer)
         # Static mode: decode steps are counted on the device by a counter shared by the cache's layers on that device
         # (`_Status.step_counter`); this layer's count is the counter minus `_counter_mark`, its value at the last fold.
         self.step_counter: torch.Tensor | None = None
@@ -469,8 +474,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
             self._allocate(batch, recurrent_states.device)
         self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
-        self.staggered = self.stagger_merges
-        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.staggered)
+        self.staggered = restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
+                                     self.stagger_merges)
         if self.crop_ring:
             self._seed_conv_ring()
         if self.static:
@@ -630,6 +635,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._log_start = 0
         self._pending = 0
         self._in_step = False
+        self.staggered = False
 
     def offload(self) -> None:
         """Move conv states and DeltaLog buffers to the CPU (transformers' offloading)."""
@@ -894,7 +900,8 @@ class DeltaLogCache(DynamicCache):
             no-ops), so about ``1/M`` of the rows merge at each decode step instead of all of them every ``M``-th
             step: the same work per token, spread evenly over the steps, and no step twice as slow as the others.
             False (default): every row merges at the same step. On an H200 the decode kernels alone ran 0.2-2.3 %
-            faster staggered, but whole-model graph decoding 0.4-1.2 % slower (:func:`hf_deltalog.cache.restart_log`).
+            faster staggered at B ≥ 64 and M = 4, 8 (mixed below, slower at M = 16), but whole-model graph decoding
+            0.4-1.2 % slower (:func:`hf_deltalog.cache.restart_log`).
             It also limits ``crop(-n)``, which needs the last ``n`` tokens in every row's log: a staggered batch of
             ``B ≥ M`` rows always holds a row that has just merged.
 
@@ -967,6 +974,7 @@ class DeltaLogCache(DynamicCache):
             raise ValueError(f"max_cache_len={max_cache_len!r} sizes the attention slots of static mode; pass "
                              "static=True with it (a dynamic DeltaLogCache grows as generate needs)")
         self.max_cache_len = max_cache_len if self.static else None
+        self.crop_ring, self.stagger_merges = crop_ring, stagger_merges
         super().__init__(config=config)
         if self.static:
             # transformers' own static layers for everything that is not linear attention (StaticLayer for full

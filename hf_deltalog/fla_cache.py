@@ -175,7 +175,7 @@ class FLADeltaLogLayer(FLALayer):
         super().__init__()
         self.spec = spec
         self.stagger_merges = check_stagger_merges(stagger_merges)
-        self.staggered = False  # whether the log's last restart staggered the rows
+        self.staggered = False  # whether the log's last restart staggered the rows (restart_log's answer)
         self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim = dims
         self.merge_interval = self.default_merge_interval = merge_interval
         self.auto_merge_interval = auto_merge_interval
@@ -266,8 +266,8 @@ class FLADeltaLogLayer(FLALayer):
             self.base = state  # FLA's fresh final state in the base's layout; nothing else refers to it
         else:
             self.base.copy_(state if self.state_v_first == self.spec.state_v_first else state.transpose(-1, -2))
-        self.staggered = self.stagger_merges
-        restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length, self.staggered)
+        self.staggered = restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
+                                     self.stagger_merges)
 
     # ------------------------------------------------------------------ FLA's layer API
     def update(self, *, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, offset: int = 1,
@@ -449,6 +449,7 @@ class FLADeltaLogLayer(FLALayer):
         super().reset()
         for t in self._tensors().values():
             t.zero_()
+        self.staggered = False
 
 
 def _gates(operator: str, a: dict[str, Any], g: torch.Tensor | None, beta: torch.Tensor | None, v: torch.Tensor):

@@ -126,12 +126,14 @@ def _generate_check():
 
 def test_gpu_generate_check_cpu_smoke():
     """eval/gpu_generate_check.py (transformers' models, for the H200) in its --cpu-smoke mode: --runs and --dtypes
-    choose the runs; a bf16 run reports the token share and where tokens part, a forced M runs the DeltaLog kernel."""
+    choose the runs; a bf16 run reports the token share and where tokens part, a forced M runs the DeltaLog kernel;
+    --stagger-merges staggers the rows where there is a log (the policy's M = 1 for this tiny state has none)."""
     rows = _generate_check().main(["--cpu-smoke", "--families", "kimi_linear", "--dtypes", "bfloat16", "--runs", "2",
-                                   "3:2", "--new-tokens", "3"])
+                                   "3:2", "--new-tokens", "3", "--stagger-merges"])
     assert [(r["dtype"], r["batch"], r["merge_interval"]) for r in rows] == [("torch.bfloat16", 2, None),
                                                                                ("torch.bfloat16", 3, 2)]
     assert rows[1]["effective_merge_interval"] == [2] and all(r["backends"] == ["triton"] for r in rows)
+    assert [(r["effective_merge_interval"], r["staggered"]) for r in rows] == [([1], [False]), ([2], [True])]
     for r in rows:
         assert 0.0 <= r["token_agreement"] <= 1.0
         assert r["identical"] == (r["first_differing_step"] is None) == (r["top2_margin_at_first_difference"] is None)

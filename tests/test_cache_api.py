@@ -975,7 +975,7 @@ def test_restart_log_staggers_rows_with_exact_no_op_entries(operator, state_v_fi
         log = [torch.full((B, HV, *per_key), 7.0), torch.full((B, Hk, M - 1, K), 7.0),  # stale values must not count
                torch.full((B, HV, M - 1, V), 7.0), torch.full((B, HV, M - 1, *per_key), -7.0),
                torch.full((B,), 1, dtype=torch.int32)]
-        restart_log(*log, stagger=stagger)
+        assert restart_log(*log, stagger=stagger) is stagger  # B = 5 rows, M = 3: staggering moves rows 1-4
         layout = dict(state_v_first=state_v_first) if operator == "gdn" else {}
         materialize = naive_deltalog_kda_materialize if operator == "kda" else naive_deltalog_gdn_materialize
         decode_step = naive_deltalog_kda_decode if operator == "kda" else naive_deltalog_gdn_decode

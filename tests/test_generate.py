@@ -267,7 +267,8 @@ def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family):
     ids = prompt_ids(3, 6, seed=12)
     ref = generate(model, ids, max_new_tokens=11, **GREEDY)
     for kw, stagger in ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, False),
-                        (dict(crop_ring=True, stagger_merges=True), True), (dict(merge_interval=3), False)):
+                        (dict(crop_ring=True, stagger_merges=True), True), (dict(merge_interval=3), False),
+                        (dict(merge_interval=1, stagger_merges=True), False)):  # M = 1: no log, nothing staggers
         options = dict(dict(merge_interval=4), **kw)
         cache = DeltaLogCache(model, **options)
         out = generate(model, ids, cache, max_new_tokens=11, **GREEDY)
@@ -276,9 +277,19 @@ def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family):
         expected = [(10 + (r if stagger else 0)) % M for r in range(3)]  # 10 decode steps after the prefill
         assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
         assert all(layer.staggered is stagger for layer in cache.deltalog_layers), kw
+    staggered = DeltaLogCache(model, merge_interval=4, stagger_merges=True)
+    generate(model, ids, staggered, max_new_tokens=3, **GREEDY)
+    assert staggered.deltalog_layers and all(layer.staggered for layer in staggered.deltalog_layers)
+    staggered.reset()
+    assert not any(layer.staggered for layer in staggered.deltalog_layers)  # forgotten with the tokens
+    generate(model, ids[:1], staggered, max_new_tokens=3, **GREEDY)  # a single row has only phase 0
+    assert not any(layer.staggered for layer in staggered.deltalog_layers) and staggered.stagger_merges is True
     for bad in (None, 1, "no", torch.tensor(True)):
         with pytest.raises(TypeError, match=r"stagger_merges must be True or False \(False, the default: every row "
                                             r"merges at the same step; see hf_deltalog.cache.restart_log\); got"):
             DeltaLogCache(model, stagger_merges=bad)
+    with pytest.raises(TypeError, match="got None \\(None chose staggering by state size until 2026-12-02; that rule "
+                                        "was removed\\)"):
+        DeltaLogCache(model, stagger_merges=None)
     with pytest.raises(TypeError, match="stagger_merges must be True or False"):
         DeltaLogLayer(cache.deltalog_layers[0].spec, (2, 4, 8, 16), 4, "torch", layer_idx=0, stagger_merges="no")

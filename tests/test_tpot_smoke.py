@@ -70,6 +70,25 @@ def test_tpot_staggered_first_cpu_smoke(tmp_path):
     staggered, ours = runs[1:]
     assert "staggered_speedup_vs_default" not in staggered and staggered["staggered"] == [True]
     assert ours["staggered_speedup_vs_default"] == ours["tpot_ms"] / staggered["tpot_ms"] and ours["identical"]
+    assert "staggered_speedup_vs_default" in (tmp_path / "tpot.csv").read_text().splitlines()[0]
+
+    # eval/stagger_tables.py reads this naming too (rounds 51-53 wrote deltalog = staggered, deltalog_aligned)
+    tables = load("stagger_tables")
+    rows = tables.tpot_ab_table(tmp_path.parent, sources=((tmp_path.name, "."),)).splitlines()[2:]
+    assert len(rows) == 1 and rows[0].startswith(f"| {tmp_path.name} | smoke | 2 | staggered | ")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--staggered-batch-sizes", "4"], "--staggered-batch-sizes adds graph-mode runs at batch sizes of --batch-sizes"),
+    (["--staggered-batch-sizes", "2", "--modes", "eager"], "--staggered-batch-sizes adds graph-mode runs"),
+    (["--control-batch-sizes", "4"], "--control-batch-sizes adds graph-mode runs"),
+    (["--staggered-first"], "--staggered-first orders the runs of --staggered-batch-sizes"),
+])
+def test_tpot_refuses_extras_it_would_not_run(args, message, capsys):
+    tpot = load("tpot")
+    with pytest.raises(SystemExit):
+        tpot.parse(["--cpu-smoke", "--out", "/nonexistent", "--batch-sizes", "2", *args])
+    assert message in capsys.readouterr().err
 
 
 def test_memory_plan_of_the_full_size_architectures():

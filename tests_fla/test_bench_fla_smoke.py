@@ -43,13 +43,15 @@ def test_gpu_generate_check_fla_cpu_smoke():
 
 def test_gpu_generate_check_fla_runs_and_dtypes_cpu_smoke():
     """--families/--dtypes/--runs (eval/h200_round3_kernels.sh runs GatedDeltaNet and KDA at one batch, one dtype per
-    process): exactly the chosen runs, in bf16 no full-forward check of the reference (it is an fp32 check)."""
+    process): exactly the chosen runs, in bf16 no full-forward check of the reference (it is an fp32 check), and
+    --stagger-merges staggers the rows."""
     spec = importlib.util.spec_from_file_location("gpu_generate_check_fla", SCRIPT.parent / "gpu_generate_check_fla.py")
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
-    rows = check.main(["--cpu-smoke", "--families", "kda", "--dtypes", "bfloat16", "--runs", "3:2", "--new-tokens", "3"])
-    assert [(r["family"], r["dtype"], r["batch"], r["merge_interval"]) for r in rows] == [
-        ("kda", "torch.bfloat16", 3, 2)]
+    rows = check.main(["--cpu-smoke", "--families", "kda", "--dtypes", "bfloat16", "--runs", "3:2", "--new-tokens", "3",
+                       "--stagger-merges"])
+    assert [(r["family"], r["dtype"], r["batch"], r["merge_interval"], r["staggered"]) for r in rows] == [
+        ("kda", "torch.bfloat16", 3, 2, [True])]
     assert rows[0]["effective_merge_interval"] == [2] and rows[0]["reference_vs_full_forward_max_abs_logit_diff"] is None
     assert rows[0]["identical"] == (rows[0]["first_differing_step"] is None)
     assert rows[0]["max_abs_logit_diff_while_tokens_agree"] < 0.1  # bf16 logits of a tiny model

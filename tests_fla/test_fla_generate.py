@@ -74,13 +74,15 @@ def test_greedy_matches_fla_cache(family, merge_interval):
 def test_staggered_and_aligned_merges_give_fla_cache_tokens(family):
     """stagger_merges=True / False and the default (False: every row merges at the same step)."""
     model, ref = tiny_model(family), greedy_ref(family)
-    for kw, staggered in ((dict(stagger_merges=True), True), (dict(stagger_merges=False), False), ({}, False)):
+    for kw, staggered in ((dict(stagger_merges=False), False), ({}, False), (dict(stagger_merges=True), True)):
         cache = DeltaLogCache(model, merge_interval=4, **kw)
         out = generate_ours(model, prompt_ids(2, PROMPT), cache, max_new_tokens=NEW, **GREEDY)
         assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4
         expected = [(NEW - 1 + (r if staggered else 0)) % 4 for r in range(2)]
         assert all(layer.length.tolist() == expected for layer in cache.deltalog_layers), kw
         assert [layer.staggered for layer in cache.deltalog_layers] == [staggered] * len(cache.deltalog_layers)
+    cache.reset()  # the last case's cache staggered
+    assert cache.deltalog_layers and not any(layer.staggered for layer in cache.deltalog_layers)  # forgotten
     for bad in (None, "no"):
         with pytest.raises(TypeError, match=r"stagger_merges must be True or False \(False, the default: every row "
                                             r"merges at the same step; see hf_deltalog.cache.restart_log\); got"):
