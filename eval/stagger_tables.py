@@ -59,8 +59,8 @@ def _ab_pair(runs: list[dict]) -> tuple[dict, dict] | None:
 
 
 def tpot_ab_table(root: Path, sources=TPOT_AB) -> str:
-    lines = ["| round | model | B | first DeltaLog run | StaticCache ms | aligned ms | staggered ms | staggered / aligned "
-             "time | recurrence ms per step, aligned / staggered |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| round | model | B | first DeltaLog run | StaticCache ms | aligned ms | staggered ms | staggered / "
+              "aligned time | recurrence ms per step, aligned / staggered |"), "|---|---|---|---|---|---|---|---|---|"]
     for rnd, folder in sources:
         runs = json.loads((root / rnd / folder / "tpot.json").read_text())["runs"]
         for B in sorted({r["batch"] for r in runs}, reverse=True):
