@@ -37,8 +37,10 @@ from transformers.cache_utils import (
     CacheLayerMixin,
     DynamicCache,
     DynamicIndexedLayer,
+    DynamicSlidingWindowLayer,
     LinearAttentionLayer,
     StaticCache,
+    StaticSlidingWindowLayer,
 )
 
 from hf_deltalog.kernels._op import interpreting
@@ -760,6 +762,49 @@ class DeltaLogLayer(LinearAttentionLayer):
             self.conv_states[0][..., -W:].copy_(window)
 
 
+def check_sliding_window_crop(layer_idx: int, layer: Any, tokens: int) -> None:
+    """Raise ValueError when cropping the last ``tokens`` tokens would leave sliding-window attention layer
+    ``layer_idx`` without the keys its window needs (transformers' own crop would raise after earlier layers had
+    changed, or silently keep fewer keys); TypeError for a sliding-window layer of another class than the two below.
+    Other layers pass.
+
+    - ``DynamicSlidingWindowLayer`` (window ``W``): once it has seen ``W`` tokens it keeps only the last ``W − 1``
+      keys, unless past recording is on (``cache.activate_past_recording()``), which keeps every key since the last
+      crop; a crop then needs the cropped keys and ``min(W − 1, kept tokens)`` keys before them.
+    - ``StaticSlidingWindowLayer`` (``S = min(W, max_cache_len)`` slots): exact only while it has never held more than
+      ``S`` tokens (it rolls its slots after that).
+    """
+    if tokens == 0 or not getattr(layer, "is_sliding", False):
+        return
+    held = int(layer.get_seq_length())
+    if isinstance(layer, StaticSlidingWindowLayer):
+        if held > layer.max_cache_len:
+            raise ValueError(
+                f"cannot crop {tokens} tokens: layer {layer_idx} is a static sliding-window attention layer of "
+                f"{layer.max_cache_len} slots that has taken {held} tokens, so the keys before its window are gone "
+                "(it rolls its slots); nothing was changed. Crop before the window fills, or decode with a dynamic "
+                "DeltaLogCache and cache.activate_past_recording()")
+        return
+    if not isinstance(layer, DynamicSlidingWindowLayer):
+        raise TypeError(f"cannot crop {tokens} tokens: layer {layer_idx} is a sliding-window layer of a kind this "
+                        f"cache does not know how to check ({type(layer).__name__}); nothing was changed")
+    window = layer.sliding_window
+    if held < window:
+        return  # it still holds every token, as a full-attention layer does
+    if not layer.record_past:
+        raise ValueError(
+            f"cannot crop {tokens} tokens: layer {layer_idx} is a sliding-window attention layer (window {window}) "
+            f"that has seen {held} tokens and keeps only its last {window - 1} keys; nothing was changed. Call "
+            "cache.activate_past_recording() before decoding the tokens you may crop")
+    kept = 0 if layer.keys is None else int(layer.keys.shape[-2])
+    need = tokens + min(window - 1, held - tokens)
+    if kept < need:
+        raise ValueError(
+            f"cannot crop {tokens} tokens: layer {layer_idx}'s recorded keys (sliding window {window}) cover its last "
+            f"{kept} tokens, and the crop needs {need} (the cropped tokens and the window before them); past "
+            "recording keeps the keys since the last crop. Nothing was changed")
+
+
 def _config_of(model_or_config: Any) -> PretrainedConfig:
     if isinstance(model_or_config, PreTrainedModel):
         return model_or_config.config
@@ -1288,8 +1333,10 @@ class DeltaLogCache(DynamicCache):
         """Drop the last ``-tokens_to_remove`` tokens from every layer, exactly, or raise before changing anything.
 
         Raises:
-            ValueError: a positive count (transformers' convention is a negative number of tokens to remove), or
-                tokens older than some layer's log window.
+            ValueError: a positive count (transformers' convention is a negative number of tokens to remove), tokens
+                older than some layer's log window, or tokens a sliding-window attention layer can no longer restore
+                (see :func:`check_sliding_window_crop`).
+            TypeError: a non-integer count, or a sliding-window layer of a class the check does not know.
         """
         if isinstance(tokens_to_remove, bool) or not isinstance(tokens_to_remove, int):
             raise TypeError(f"crop takes an int (a negative number of tokens to remove); got {tokens_to_remove!r}")
@@ -1299,9 +1346,29 @@ class DeltaLogCache(DynamicCache):
             )
         for layer in self.deltalog_layers:
             layer.check_crop(-tokens_to_remove)
-        super().crop(tokens_to_remove)
+        for i, layer in enumerate(self.layers):
+            check_sliding_window_crop(i, layer, -tokens_to_remove)
+        for layer in self.layers:
+            # crop(0): nothing to trim where a sliding window keeps no history (transformers' layer would raise there)
+            if not (tokens_to_remove == 0 and isinstance(layer, DynamicSlidingWindowLayer) and not layer.record_past):
+                layer.crop(tokens_to_remove)
         if self._ledger is not None and tokens_to_remove < 0:
             self._ledger = self._ledger[:, :tokens_to_remove]
+
+    @property
+    def is_croppable(self) -> bool:
+        """Whether ``crop(-1)`` would succeed now (transformers reads it as "crop can put the cache back as it was"):
+        every linear-attention layer holds its last token in the log and can rebuild its conv window, and every
+        sliding-window attention layer still holds the keys its window needs (:func:`check_sliding_window_crop`)."""
+        try:
+            for layer in self.deltalog_layers:
+                layer.check_crop(1)
+            for i, layer in enumerate(self.layers):
+                check_sliding_window_crop(i, layer, 1)
+        except (ValueError, TypeError):
+            return False
+        return all(layer.is_croppable for layer in self.layers
+                   if not isinstance(layer, (DeltaLogLayer, DynamicSlidingWindowLayer, StaticSlidingWindowLayer)))
 
     def reset(self) -> None:
         """Forget every token (a batch of another size may follow); buffers of an unchanged batch keep their addresses."""

@@ -62,11 +62,13 @@ def _token_ids(value: Any, name: str) -> list[int]:
 
 
 def max_cache_len_of(cache: Any) -> int:
-    """Attention slots per row of a static cache (the ``max_cache_len`` of its static attention layers).
+    """Attention slots per row of a static cache: the ``max_cache_len`` of its static full-attention layers (its
+    sliding-window layers hold ``min(sliding_window, max_cache_len)`` slots, and their masks are cut from the same
+    2-D mask).
 
     Raises:
         ValueError: the cache is not compileable (a dynamic cache cannot be replayed as a graph) or has no static
-            attention layer.
+            full-attention layer.
     """
     if not getattr(cache, "is_compileable", False):
         raise ValueError(
@@ -74,9 +76,10 @@ def max_cache_len_of(cache: Any) -> int:
             f"{type(cache).__name__} with is_compileable={getattr(cache, 'is_compileable', None)}. Use "
             "transformers.StaticCache(config, max_cache_len) or DeltaLogCache(model, static=True, max_cache_len=...)"
         )
-    lengths = {layer.max_cache_len for layer in cache.layers if getattr(layer, "max_cache_len", None)}
+    lengths = {layer.max_cache_len for layer in cache.layers
+               if getattr(layer, "max_cache_len", None) and not getattr(layer, "is_sliding", False)}
     if len(lengths) != 1:
-        raise ValueError(f"expected static attention layers of one max_cache_len; found {sorted(lengths)}")
+        raise ValueError(f"expected static full-attention layers of one max_cache_len; found {sorted(lengths)}")
     return lengths.pop()
 
 
@@ -111,8 +114,9 @@ class GraphDecoder:
             the graph). Where two caches' tokens part, a small gap there shows a near-tie rather than an error.
 
     Raises:
-        ValueError: a dynamic cache, ``capture=True`` without CUDA or with the model on several devices, EOS without a
-            pad token.
+        ValueError: a dynamic cache, ``capture=True`` without CUDA, with the model on several devices or on a cache
+            with sliding-window attention layers (transformers' ``StaticSlidingWindowLayer`` keeps its length on the
+            host, so a replayed step would keep the captured step's mask), EOS without a pad token.
         TypeError: an ``eos_token_id`` that is not an int, a list of ints or a tensor of them; a ``pad_token_id``
             that is not an int (or a one-element tensor).
     """
@@ -127,6 +131,15 @@ class GraphDecoder:
         device = next(model.parameters()).device
         if capture == "auto":
             capture = device.type == "cuda"
+        sliding = [i for i, layer in enumerate(cache.layers) if getattr(layer, "is_sliding", False)]
+        if capture and sliding:
+            # transformers' StaticSlidingWindowLayer keeps its length as a host int: it sets the query offset of the
+            # sliding-window mask and picks the update (write a slot / roll the slots), and a replay never advances it
+            raise ValueError(
+                f"capture=True replays one recorded step, but layers {sliding} of this cache are transformers' static "
+                "sliding-window attention layers, which keep their length on the host: a replayed step would keep "
+                "the mask (and, once the window fills, the update) of the captured one. Decode such a model with "
+                "capture=False here, or with model.generate")
         if capture and len(devices) > 1:
             raise ValueError(
                 f"capture=True records one device's work in one CUDA graph, but this model's parameters are on "

@@ -7,6 +7,7 @@ import pytest
 import torch
 import transformers
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicSlidingWindowLayer
 from utils import FAMILIES, GDN, KDA_FAMILIES, MOE, _drop, family_config, max_abs, prompt_ids, rel_err, tiny_model
 
 import hf_deltalog
@@ -855,6 +856,10 @@ def test_crop_inside_the_log_is_exact(family, conv_history):
     cache = DeltaLogCache(model, merge_interval=8, crop_ring=conv_history == "crop_ring")
     if conv_history == "past_recording":
         cache.activate_past_recording()
+    else:  # sliding-window attention layers (lara_mini) pass their window here: only recording keeps their keys
+        for layer in cache.layers:
+            if isinstance(layer, DynamicSlidingWindowLayer):
+                layer.activate_past_recording()
     first = forward(model, ids, cache)
     decode(model, cache, first, 5)  # 5 entries in the log
     cache.crop(-3)
@@ -881,6 +886,86 @@ def _assert_unchanged(cache, snapshot):
     states, conv = snapshot
     assert all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
     assert all(torch.equal(layer.conv_states[0], c) for layer, c in zip(cache.deltalog_layers, conv))
+
+
+def _sliding_keys(cache):
+    return [(layer.keys.clone(), layer.get_seq_length()) for layer in cache.layers
+            if isinstance(layer, DynamicSlidingWindowLayer)]
+
+
+def test_crop_past_a_sliding_window_needs_its_keys():
+    """lara_mini's sliding-window attention layers (window 6) keep only their last 5 keys once they have seen 6
+    tokens. A crop that would need older keys is refused before any layer changes; inside the window, or with past
+    recording, it is exact; past recording keeps the keys since the last crop, so a second crop reaching before them
+    is refused too."""
+    model = tiny_model("lara_mini")
+    ids = prompt_ids(2, 8)
+    cache = DeltaLogCache(model, merge_interval=8, crop_ring=True)  # the ring rebuilds the linear layers' conv
+    decode(model, cache, forward(model, ids, cache), 3)  # 11 tokens
+    before, keys = _crop_snapshot(cache), _sliding_keys(cache)
+    assert not cache.is_croppable  # the linear layers could crop; the sliding ones cannot
+    with pytest.raises(ValueError, match=r"layer 1 is a sliding-window attention layer \(window 6\) that has seen 11 "
+                                         r"tokens and keeps only its last 5 keys.*activate_past_recording"):
+        cache.crop(-1)
+    _assert_unchanged(cache, before)
+    assert [int(layer.length[0]) for layer in cache.deltalog_layers] == [3, 3]
+    assert all(torch.equal(k, k0) and n == n0 for (k, n), (k0, n0) in zip(_sliding_keys(cache), keys))
+    cache.crop(0)  # nothing to trim: no error (transformers' layer alone would raise here)
+    assert cache.get_seq_length() == 11
+
+    # Inside the window the layers still hold every key: exact without recording.
+    short, ref = DeltaLogCache(model, merge_interval=8, crop_ring=True), DeltaLogCache(model, merge_interval=8)
+    decode(model, short, forward(model, ids[:, :2], short), 3)  # 5 tokens < 6
+    short.crop(-2)
+    decode(model, ref, forward(model, ids[:, :2], ref), 1)
+    nxt = prompt_ids(2, 1, seed=7)
+    assert max_abs(forward(model, nxt, short), forward(model, nxt, ref)) <= 1e-5
+
+    # Past recording: the first crop is exact (test_crop_inside_the_log_is_exact); a second one needs the window
+    # before the cropped tokens, and the first crop kept only that window.
+    rec = DeltaLogCache(model, merge_interval=8, crop_ring=True)
+    rec.activate_past_recording()
+    decode(model, rec, forward(model, ids, rec), 5)  # 13 tokens
+    assert rec.is_croppable
+    rec.crop(-2)
+    decode(model, rec, forward(model, prompt_ids(2, 1, seed=7), rec), 1)  # 13 tokens; the sliding layers keep 5 + 2
+    before, keys = _crop_snapshot(rec), _sliding_keys(rec)
+    with pytest.raises(ValueError, match=r"layer 1's recorded keys \(sliding window 6\) cover its last 7 tokens, and "
+                                         r"the crop needs 8"):
+        rec.crop(-3)
+    _assert_unchanged(rec, before)
+    assert all(torch.equal(k, k0) and n == n0 for (k, n), (k0, n0) in zip(_sliding_keys(rec), keys))
+    rec.crop(-2)  # 2 + 5 keys: exactly what is kept
+    assert rec.get_seq_length() == 11  # the prompt and the first 3 greedy tokens again
+    ref = DeltaLogCache(model, merge_interval=8)
+    decode(model, ref, forward(model, ids, ref), 3)
+    assert max_abs(forward(model, nxt, rec), forward(model, nxt, ref)) <= 1e-5
+
+
+def test_static_sliding_window_layers_crop_only_before_they_roll():
+    """In static mode transformers' StaticSlidingWindowLayer of lara_mini has min(window, max_cache_len) = 6 slots and
+    rolls them once it has taken more tokens: a crop after that is refused before anything changes; before it, the
+    crop is exact (the next step's logits equal those of a cache fed only the kept tokens)."""
+    model = tiny_model("lara_mini")
+    ids = prompt_ids(2, 8)
+    cache = DeltaLogCache(model, static=True, max_cache_len=16, merge_interval=8, crop_ring=True)
+    decode(model, cache, forward(model, ids, cache), 1)  # 9 tokens through 6 slots
+    before = _crop_snapshot(cache)
+    assert not cache.is_croppable
+    with pytest.raises(ValueError, match="layer 1 is a static sliding-window attention layer of 6 slots that has "
+                                         "taken 9 tokens"):
+        cache.crop(-1)
+    _assert_unchanged(cache, before)
+    assert int(cache.get_seq_length()) == 9
+
+    short = DeltaLogCache(model, static=True, max_cache_len=16, merge_interval=8, crop_ring=True)
+    decode(model, short, forward(model, ids[:, :3], short), 2)  # 5 tokens in 6 slots
+    assert short.is_croppable
+    short.crop(-1)
+    ref = DeltaLogCache(model, static=True, max_cache_len=16, merge_interval=8)
+    decode(model, ref, forward(model, ids[:, :3], ref), 1)
+    nxt = prompt_ids(2, 1, seed=7)
+    assert max_abs(forward(model, nxt, short), forward(model, nxt, ref)) <= 1e-5
 
 
 def test_crop_without_conv_history_raises_and_changes_nothing():

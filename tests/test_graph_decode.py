@@ -165,6 +165,22 @@ def test_static_mode_contract():
         dec.prefill(prompt_ids(2, 7), max_new_tokens=10)
 
 
+@pytest.mark.parametrize("max_cache_len", [16, 6])  # the window (6) fills / never fills
+@pytest.mark.parametrize("kind", ["deltalog", "static"])
+def test_capture_refuses_static_sliding_window_layers(kind, max_cache_len):
+    """transformers' StaticSlidingWindowLayer keeps its length as a host int, which sets the query offset of the
+    sliding-window mask (and, once the window fills, the update): a replayed graph would keep the captured step's
+    mask (on an H200 a captured LaraMini step decoded wrong tokens from the first replay on, even with a window that
+    never fills: eval/results/h200/round56). So capture is refused for such caches, before the CUDA check; the eager
+    loop decodes them (test_loop_gives_the_tokens_of_generate)."""
+    model = tiny_model("lara_mini")
+    cache = make_cache(kind, model, max_cache_len)
+    assert max_cache_len_of(cache) == max_cache_len  # the full-attention layer's slots, not the window's
+    with pytest.raises(ValueError, match=r"layers \[1, 4\] of this cache are transformers' static sliding-window"):
+        GraphDecoder(model, cache, capture=True)
+    GraphDecoder(model, cache, capture=False)
+
+
 def test_loop_refuses_steps_beyond_max_new_tokens():
     model = tiny_model("qwen3_5")
     dec = GraphDecoder(model, DeltaLogCache(model, static=True, max_cache_len=12), capture=False)

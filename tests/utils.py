@@ -17,8 +17,11 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden
               tie_word_embeddings=False)
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)
 LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+# LaraMini's released period-5 pattern, with a window shorter than the tests' prompts plus new tokens, so that its
+# sliding-window layers drop keys while the linear layers decode.
+LARA_LAYERS = ["linear_attention", "sliding_attention", "linear_attention", "full_attention", "sliding_attention"]
 
-GDN_FAMILIES = ["qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp", "olmo_hybrid"]
+GDN_FAMILIES = ["qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp", "olmo_hybrid", "lara_mini"]
 KDA_FAMILIES = ["kimi_linear", "bailing_hybrid", "glm5_next"]
 FAMILIES = GDN_FAMILIES + KDA_FAMILIES
 # KDA: H = 4 heads of K = V = 16 (KDA ties K = V = linear_head_dim and has no GQA).
@@ -31,7 +34,7 @@ def _drop(*keys):
 
 
 def family_config(name: str, **overrides):
-    """A tiny config of family ``name`` (4 layers: linear, attention, linear, attention)."""
+    """A tiny config of family ``name`` (4 layers: linear, attention, linear, attention; lara_mini: 5, see LARA_LAYERS)."""
     t = transformers
     if name == "qwen3_next":
         cfg = t.Qwen3NextConfig(**COMMON, **GDN, **MOE, layer_types=LAYERS)
@@ -45,6 +48,9 @@ def family_config(name: str, **overrides):
                                    indexer_head_dim=16, indexer_budget=8, indexer_compress_ratio=4)
     elif name == "olmo_hybrid":
         cfg = t.OlmoHybridConfig(**_drop("head_dim"), **GDN, layer_types=LAYERS)
+    elif name == "lara_mini":
+        cfg = t.LaraMiniConfig(**_drop("intermediate_size", "num_hidden_layers"), **GDN, **MOE, num_hidden_layers=5,
+                               layer_types=LARA_LAYERS, sliding_window=6)
     elif name == "kimi_linear":
         cfg = t.KimiLinearConfig(**_drop("head_dim", "num_key_value_heads"), **KDA, **MLA, num_key_value_heads=4,
                                  moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, q_lora_rank=None,
@@ -76,6 +82,7 @@ _CLASSES = {
     "qwen3_5_moe": "Qwen3_5MoeForCausalLM",
     "qwen4_exp": "Qwen4ExpForCausalLM",
     "olmo_hybrid": "OlmoHybridForCausalLM",
+    "lara_mini": "LaraMiniForCausalLM",
     "kimi_linear": "KimiLinearForCausalLM",
     "bailing_hybrid": "BailingHybridForCausalLM",
     "glm5_next": "Glm5NextForConditionalGeneration",

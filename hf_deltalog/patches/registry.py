@@ -92,6 +92,7 @@ FAMILIES: dict[str, FamilySpec] = {
         _gdn("qwen3_5_moe_text", "qwen3_5_moe"),
         _gdn("qwen4_exp_text", "qwen4_exp"),
         _gdn("olmo_hybrid", "olmo_hybrid"),
+        _gdn("lara_mini", "lara_mini"),
         _kda("kimi_linear", "kimi_linear"),
         _kda("bailing_hybrid", "bailing_hybrid"),
         _kda("glm5_next_text", "glm5_next"),
