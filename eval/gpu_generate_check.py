@@ -1,14 +1,15 @@
 """GPU end-to-end check: generate() with DeltaLogCache (Triton backend) against transformers' default cache.
 
-A Qwen3.5-architecture model with real GDN head sizes (Hk = 16, HV = 32, K = V = 128; 4 layers, 3 of them GDN) and/or
-a Kimi-Linear-architecture model with real KDA heads (H = 32, K = V = 128), random fp32 and bf16 weights on the GPU,
+A Qwen3.5-architecture model with real GDN head sizes (Hk = 16, HV = 32, K = V = 128; 4 layers, 3 of them GDN), a
+Kimi-Linear-architecture model with real KDA heads (H = 32, K = V = 128) and/or a LaraMini-architecture model (GDN
+with sliding-window attention layers; Hk = 8, HV = 16, K = V = 128), random fp32 and bf16 weights on the GPU,
 greedy decoding. Reports per run: token agreement (share of identical tokens), the largest |Δlogit| while the tokens
 agree, the first differing step and the reference's top-1 minus top-2 logit there (a near-tie explains a bf16
 divergence), the backend, the effective merge interval, whether FLA's dense kernel decoded (the policy's small-state
 path), and the wall time of both generate calls.
 
-    python eval/gpu_generate_check.py [--families qwen3_5 kimi_linear] [--batch 8] [--dtypes float32 bfloat16]
-        [--runs 4 32 64:2] [--new-tokens 64] [--out eval/results/gpu_generate_check.json]
+    python eval/gpu_generate_check.py [--families qwen3_5 kimi_linear lara_mini] [--batch 8] [--dtypes float32 bfloat16]
+        [--runs 4 32 64:2] [--new-tokens 64] [--graph] [--sliding-window 16] [--out eval/results/gpu_generate_check.json]
     python eval/gpu_generate_check.py --cpu-smoke    # tiny shapes on the CPU, our kernels under the Triton interpreter
 
 ``--runs`` lists ``B`` (the default merge interval: the cache's policy) or ``B:M`` (``merge_interval=M``); default
@@ -32,7 +33,7 @@ from generate_compare import compare, log, parse_runs, select_device, stacks_on_
 DTYPES = ("float32", "bfloat16")
 
 
-def _qwen3_5(transformers, smoke: bool):
+def _qwen3_5(transformers, smoke: bool, sliding_window=None):
     heads = (dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16)
              if smoke else
@@ -46,7 +47,7 @@ def _qwen3_5(transformers, smoke: bool):
     return transformers.Qwen3_5ForCausalLM(cfg)
 
 
-def _kimi_linear(transformers, smoke: bool):
+def _kimi_linear(transformers, smoke: bool, sliding_window=None):
     dims = (dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_attention_heads=4,
                  num_key_value_heads=4, linear_num_heads=4, linear_head_dim=16, kv_lora_rank=16, qk_rope_head_dim=8,
                  qk_nope_head_dim=8, v_head_dim=16)
@@ -61,7 +62,27 @@ def _kimi_linear(transformers, smoke: bool):
     return transformers.KimiLinearForCausalLM(cfg)
 
 
-MODELS = {"qwen3_5": _qwen3_5, "kimi_linear": _kimi_linear}
+def _lara_mini(transformers, smoke: bool, sliding_window=None):
+    """LaraMini's GDN and attention head sizes as transformers' LaraMiniConfig defaults give them (Hk = 8, HV = 16,
+    K = V = 128; attention 16 heads of 128, 4 KV heads), its period-5 layer pattern (linear, sliding, linear, full,
+    sliding) and by default a 16-token window (4 with ``smoke``), so that the sliding-window layers roll while the GDN
+    layers decode; 4 experts instead of 128."""
+    dims = (dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+                 linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16, moe_intermediate_size=32,
+                 shared_expert_intermediate_size=32)
+            if smoke else
+            dict(hidden_size=1024, num_attention_heads=16, num_key_value_heads=4, head_dim=128, linear_num_key_heads=8,
+                 linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+                 moe_intermediate_size=512, shared_expert_intermediate_size=512))
+    cfg = transformers.LaraMiniConfig(
+        vocab_size=96 if smoke else 1024, num_hidden_layers=5, linear_conv_kernel_dim=4, num_experts=4,
+        num_experts_per_tok=2, sliding_window=sliding_window or (4 if smoke else 16),
+        layer_types=["linear_attention", "sliding_attention", "linear_attention", "full_attention", "sliding_attention"],
+        tie_word_embeddings=False, initializer_range=0.05, pad_token_id=0, bos_token_id=1, eos_token_id=None, **dims)
+    return transformers.LaraMiniForCausalLM(cfg)
+
+
+MODELS = {"qwen3_5": _qwen3_5, "kimi_linear": _kimi_linear, "lara_mini": _lara_mini}
 
 
 def check_family(family, a, device) -> list[dict]:
@@ -69,6 +90,7 @@ def check_family(family, a, device) -> list[dict]:
     import transformers
 
     from hf_deltalog import DeltaLogCache
+    from hf_deltalog.graph import graph_generate
 
     rows = []
     prompt = 8 if a.cpu_smoke else 32
@@ -77,7 +99,9 @@ def check_family(family, a, device) -> list[dict]:
     for dtype_name in a.dtypes:
         dtype = getattr(torch, dtype_name)
         torch.manual_seed(0)
-        model = MODELS[family](transformers, a.cpu_smoke).to(device, dtype).eval()
+        model = MODELS[family](transformers, a.cpu_smoke, a.sliding_window).to(device, dtype).eval()
+        if a.graph:  # torch's grouped_mm (transformers' MoE default on a GPU) copies to the host in fp32: not capturable
+            model.config._experts_implementation = "batched_mm"
         cfg = model.config
         kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens, do_sample=False,
                   return_dict_in_generate=True, output_logits=True)
@@ -95,13 +119,30 @@ def check_family(family, a, device) -> list[dict]:
                 out = model.generate(ids, past_key_values=cache, **kw)
                 t_ours = time.perf_counter() - t0
             layers = cache.deltalog_layers
+            graph = {}
+            if a.graph:  # the same greedy decode as one captured CUDA graph (eagerly on a CPU), static DeltaLogCache
+                log(f"{family} {dtype_name} B={batch} M={M}: graph_generate (static DeltaLogCache) ...")
+                for capture in ([False, True] if device.type == "cuda" else [False]):
+                    static = DeltaLogCache(model, merge_interval=M, backend=backend, static=True,
+                                           max_cache_len=prompt + a.new_tokens, stagger_merges=a.stagger_merges)
+                    key = "graph_captured" if capture else "graph_eager"
+                    try:
+                        run = graph_generate(model, ids, cache=static, max_new_tokens=a.new_tokens, eos_token_id=None,
+                                             capture=capture)
+                    except ValueError as err:  # e.g. static sliding-window layers cannot be captured
+                        graph[key] = dict(refused=str(err))
+                        continue
+                    same = (run.sequences == ref.sequences)[:, prompt:].all(0)  # [new tokens]: all rows agree
+                    graph[key] = dict(identical_to_reference=bool(same.all()),
+                                      token_agreement=float((run.sequences == ref.sequences)[:, prompt:].float().mean()),
+                                      first_differing_step=None if same.all() else int((~same).nonzero()[0]))
             rows.append(dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M,
                              effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
                              dense_fla_kernel=any(layer.dense_kernel is not None for layer in layers),
                              backends=sorted({layer.backend for layer in layers}),
                              staggered=sorted({layer.staggered for layer in layers}),
                              **compare(out, ref, prompt, a.new_tokens), reference_generate_s=round(t_ref, 2),
-                             deltalog_generate_s=round(t_ours, 2)))
+                             deltalog_generate_s=round(t_ours, 2), **graph))
             print(rows[-1], flush=True)
     return rows
 
@@ -117,9 +158,18 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default eval/results/gpu_generate_check.json; none with --cpu-smoke)")
     p.add_argument("--families", nargs="+", default=["qwen3_5"], choices=sorted(MODELS),
-                   help="qwen3_5 (GDN heads of Qwen3.5: Hk = 16, HV = 32) and/or kimi_linear (KDA, H = 32)")
+                   help="qwen3_5 (GDN heads of Qwen3.5: Hk = 16, HV = 32), kimi_linear (KDA, H = 32) and/or "
+                        "lara_mini (GDN, Hk = 8, HV = 16, beside sliding-window attention)")
     p.add_argument("--stagger-merges", action="store_true",
                    help="DeltaLogCache(stagger_merges=True) in every run (default: the cache's default, aligned)")
+    p.add_argument("--graph", action="store_true",
+                   help="also decode each run with hf_deltalog.graph.graph_generate on a static DeltaLogCache (a "
+                        "captured CUDA graph on a GPU) and compare its tokens with the reference's; MoE layers then "
+                        "run transformers' batched_mm experts in all three decodes (its grouped_mm is not "
+                        "capturable in fp32)")
+    p.add_argument("--sliding-window", type=int, default=None,
+                   help="lara_mini's attention window (default 16; 4 with --cpu-smoke); with --graph it must be at "
+                        "least the prompt (32; 8 with --cpu-smoke) plus --new-tokens, or the capture is refused")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny shapes on the CPU, DeltaLogCache's Triton backend under the interpreter")
     a = p.parse_args(argv)

@@ -124,6 +124,21 @@ def _generate_check():
     return check
 
 
+def test_gpu_generate_check_cpu_smoke_lara_mini():
+    """The LaraMini builder of eval/gpu_generate_check.py (sliding-window layers of 4 slots beside the GDN layers, an
+    8-token prompt): fp32 tokens identical to the default cache, the DeltaLog kernel forced (M = 3)."""
+    rows = _generate_check().main(["--cpu-smoke", "--families", "lara_mini", "--dtypes", "float32", "--runs", "2:3",
+                                   "--new-tokens", "5"])
+    assert [(r["family"], r["batch"], r["effective_merge_interval"], r["backends"]) for r in rows] == [
+        ("lara_mini", 2, [3], ["triton"])]
+    assert rows[0]["identical"] and rows[0]["max_abs_logit_diff_while_tokens_agree"] <= 1e-4
+    assert "graph_eager" not in rows[0] and "graph_captured" not in rows[0]
+    # --graph: the static cache's decode loop (eager on a CPU) with a window that holds the prompt and new tokens
+    rows = _generate_check().main(["--cpu-smoke", "--families", "lara_mini", "--dtypes", "float32", "--runs", "2:3",
+                                   "--new-tokens", "5", "--graph", "--sliding-window", "13"])
+    assert rows[0]["identical"] and rows[0]["graph_eager"]["identical_to_reference"] and "graph_captured" not in rows[0]
+
+
 def test_gpu_generate_check_cpu_smoke():
     """eval/gpu_generate_check.py (transformers' models, for the H200) in its --cpu-smoke mode: --runs and --dtypes
     choose the runs; a bf16 run reports the token share and where tokens part, a forced M runs the DeltaLog kernel;
