@@ -572,6 +572,10 @@ class DeltaLogLayer(LinearAttentionLayer):
                 self.dense_kernel = None
         if self.backend == "triton":
             kernel = _triton_kernels(self.spec.operator)[0]
+            # The kernels read rows of unit stride; with past recording transformers' GDN layers pass q, k, v as
+            # strided views of the conv output (a copy only then)
+            query, key, value, g, beta = (t if t is None or t.stride(-1) == 1 else t.contiguous()
+                                          for t in (query, key, value, g, beta))
             o = kernel(query, key, value, g, beta, *buffers, self.workspace, use_qk_l2norm_in_kernel=use_qk_l2norm,
                        state_v_first=self.state_v_first)
         elif self.spec.operator == "kda":
@@ -1203,7 +1207,10 @@ class DeltaLogCache(DynamicCache):
             )
         self._begin_layer_step(layer_idx, "update", key_states.shape[0])
         if self.static:
-            self._fit_static_rows(layer_idx, "keys", "is_initialized", "cumulative_length", key_states.shape[0])
+            # a static sliding-window layer stops advancing its device length once its window is full: read its host one
+            length = ("cumulative_length_int" if isinstance(self.layers[layer_idx], StaticSlidingWindowLayer)
+                      else "cumulative_length")
+            self._fit_static_rows(layer_idx, "keys", "is_initialized", length, key_states.shape[0])
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
@@ -1221,7 +1228,8 @@ class DeltaLogCache(DynamicCache):
 
     def _fit_static_rows(self, layer_idx: int, buffer: str, flag: str, length: str, rows: int) -> None:
         """Static mode, before static attention layer ``layer_idx`` writes ``rows`` rows into its preallocated
-        ``buffer`` (``[B, ...]``; ``flag``: whether it is allocated, ``length``: its device token count): a buffer of
+        ``buffer`` (``[B, ...]``; ``flag``: whether it is allocated, ``length``: its token count, a device tensor or a
+        host int): a buffer of
         another batch size is reallocated when it holds no token (after ``reset()``, as the DeltaLog layers do) and
         refused, before anything changes, when it holds tokens. Compares host shapes; reads the device length only
         where the sizes differ (never on a valid decode step).
@@ -1331,6 +1339,7 @@ class DeltaLogCache(DynamicCache):
     # ------------------------------------------------------------------ batch and lifecycle
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last ``-tokens_to_remove`` tokens from every layer, exactly, or raise before changing anything.
+        ``crop(0)`` changes nothing (transformers' own ``crop(0)`` trims recorded sliding-window keys).
 
         Raises:
             ValueError: a positive count (transformers' convention is a negative number of tokens to remove), tokens
@@ -1344,15 +1353,16 @@ class DeltaLogCache(DynamicCache):
             raise ValueError(
                 f"crop takes a negative number of tokens to remove (transformers' convention); got {tokens_to_remove}"
             )
+        if tokens_to_remove == 0:
+            # Changes nothing: transformers' sliding-window layers would drop their recorded keys here (and raise
+            # past their window without recording), the DeltaLog layers keep their recorded conv columns.
+            return
         for layer in self.deltalog_layers:
             layer.check_crop(-tokens_to_remove)
         for i, layer in enumerate(self.layers):
             check_sliding_window_crop(i, layer, -tokens_to_remove)
-        for layer in self.layers:
-            # crop(0): nothing to trim where a sliding window keeps no history (transformers' layer would raise there)
-            if not (tokens_to_remove == 0 and isinstance(layer, DynamicSlidingWindowLayer) and not layer.record_past):
-                layer.crop(tokens_to_remove)
-        if self._ledger is not None and tokens_to_remove < 0:
+        super().crop(tokens_to_remove)
+        if self._ledger is not None:
             self._ledger = self._ledger[:, :tokens_to_remove]
 
     @property

@@ -62,13 +62,14 @@ def _token_ids(value: Any, name: str) -> list[int]:
 
 
 def max_cache_len_of(cache: Any) -> int:
-    """Attention slots per row of a static cache: the ``max_cache_len`` of its static full-attention layers (its
+    """Tokens per row a static cache can hold: the ``max_cache_len`` of its static full-attention layers (its
     sliding-window layers hold ``min(sliding_window, max_cache_len)`` slots, and their masks are cut from the same
-    2-D mask).
+    2-D mask). A cache whose attention layers are all sliding-window layers: the ``max_cache_len`` it was built with
+    where it keeps one (a static DeltaLogCache), else its layers' slots.
 
     Raises:
-        ValueError: the cache is not compileable (a dynamic cache cannot be replayed as a graph) or has no static
-            full-attention layer.
+        ValueError: the cache is not compileable (a dynamic cache cannot be replayed as a graph), or its static
+            attention layers disagree on their slots.
     """
     if not getattr(cache, "is_compileable", False):
         raise ValueError(
@@ -76,10 +77,14 @@ def max_cache_len_of(cache: Any) -> int:
             f"{type(cache).__name__} with is_compileable={getattr(cache, 'is_compileable', None)}. Use "
             "transformers.StaticCache(config, max_cache_len) or DeltaLogCache(model, static=True, max_cache_len=...)"
         )
-    lengths = {layer.max_cache_len for layer in cache.layers
-               if getattr(layer, "max_cache_len", None) and not getattr(layer, "is_sliding", False)}
+    static = [layer for layer in cache.layers if getattr(layer, "max_cache_len", None)]
+    lengths = {layer.max_cache_len for layer in static if not getattr(layer, "is_sliding", False)}
+    if not lengths and isinstance(getattr(cache, "max_cache_len", None), int):
+        lengths = {cache.max_cache_len}
+    if not lengths:
+        lengths = {layer.max_cache_len for layer in static}
     if len(lengths) != 1:
-        raise ValueError(f"expected static full-attention layers of one max_cache_len; found {sorted(lengths)}")
+        raise ValueError(f"expected static attention layers of one max_cache_len; found {sorted(lengths)}")
     return lengths.pop()
 
 
@@ -105,7 +110,8 @@ class GraphDecoder:
         model: a transformers causal LM (its forward takes ``cache=``, ``position_ids=``, ``logits_to_keep=``).
         cache: the static cache to decode into (transformers' ``StaticCache`` or a static ``DeltaLogCache``).
         capture: ``True`` captures a CUDA graph (needs CUDA), ``False`` runs the same step eagerly, ``"auto"``
-            captures when the model is on a CUDA device.
+            captures when the model is on a CUDA device and the cache has no sliding-window attention layer (which
+            cannot be captured; see Raises).
         warmup_steps: eager steps before the capture (compile Triton kernels, initialise cuBLAS workspaces).
         eos_token_id: int or list of ints; rows that produced one emit ``pad_token_id`` from then on.
         pad_token_id: required with ``eos_token_id``.
@@ -129,9 +135,9 @@ class GraphDecoder:
         self.max_cache_len = max_cache_len_of(cache)
         devices = {p.device for p in model.parameters()}
         device = next(model.parameters()).device
-        if capture == "auto":
-            capture = device.type == "cuda"
         sliding = [i for i, layer in enumerate(cache.layers) if getattr(layer, "is_sliding", False)]
+        if capture == "auto":
+            capture = device.type == "cuda" and not sliding
         if capture and sliding:
             # transformers' StaticSlidingWindowLayer keeps its length as a host int: it sets the query offset of the
             # sliding-window mask and picks the update (write a slot / roll the slots), and a replay never advances it
@@ -339,7 +345,8 @@ def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         max_new_tokens: tokens to generate per row (fewer when every row produced an EOS).
         eos_token_id, pad_token_id: as ``generate``; ``"config"`` takes them from ``model.generation_config``
             (``pad`` falls back to the first EOS id, as ``generate`` does); None disables EOS stopping.
-        capture: ``True`` / ``False`` / ``"auto"`` (CUDA graph when the model is on CUDA).
+        capture: ``True`` / ``False`` / ``"auto"`` (CUDA graph when the model is on CUDA and the cache has no
+            sliding-window attention layer).
         warmup_steps: eager decode steps before the capture.
         prefill_chunk: feed the prompt in chunks of this many tokens (None: one forward).
         time_steps: record the wall time of every decode step (CUDA events on a GPU; no host synchronisation

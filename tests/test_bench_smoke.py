@@ -126,17 +126,22 @@ def _generate_check():
 
 def test_gpu_generate_check_cpu_smoke_lara_mini():
     """The LaraMini builder of eval/gpu_generate_check.py (sliding-window layers of 4 slots beside the GDN layers, an
-    8-token prompt): fp32 tokens identical to the default cache, the DeltaLog kernel forced (M = 3)."""
+    8-token prompt): fp32 tokens identical to the default cache, the DeltaLog kernel forced (M = 3), with past
+    recording on; --graph decodes eagerly on a CPU; --sliding-window is checked."""
     rows = _generate_check().main(["--cpu-smoke", "--families", "lara_mini", "--dtypes", "float32", "--runs", "2:3",
-                                   "--new-tokens", "5"])
-    assert [(r["family"], r["batch"], r["effective_merge_interval"], r["backends"]) for r in rows] == [
-        ("lara_mini", 2, [3], ["triton"])]
+                                   "--new-tokens", "5", "--past-recording"])  # strided q, k, v into the kernel
+    assert [(r["family"], r["batch"], r["effective_merge_interval"], r["backends"], r["past_recording"])
+            for r in rows] == [("lara_mini", 2, [3], ["triton"], True)]
     assert rows[0]["identical"] and rows[0]["max_abs_logit_diff_while_tokens_agree"] <= 1e-4
-    assert "graph_eager" not in rows[0] and "graph_captured" not in rows[0]
+    assert "graph_eager" not in rows[0] and "graph_captured" not in rows[0] and rows[0]["sliding_window"] == 4
     # --graph: the static cache's decode loop (eager on a CPU) with a window that holds the prompt and new tokens
     rows = _generate_check().main(["--cpu-smoke", "--families", "lara_mini", "--dtypes", "float32", "--runs", "2:3",
                                    "--new-tokens", "5", "--graph", "--sliding-window", "13"])
     assert rows[0]["identical"] and rows[0]["graph_eager"]["identical_to_reference"] and "graph_captured" not in rows[0]
+    assert rows[0]["sliding_window"] == 13
+    for bad in (["--sliding-window", "0"], ["--families", "qwen3_5", "--sliding-window", "8"]):
+        with pytest.raises(SystemExit):
+            _generate_check().main(["--cpu-smoke", "--families", "lara_mini", *bad])
 
 
 def test_gpu_generate_check_cpu_smoke():

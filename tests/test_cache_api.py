@@ -616,6 +616,59 @@ def test_a_manual_step_with_another_number_of_rows_is_refused_before_anything_mo
         assert torch.equal(got, model(nxt, past_key_values=clean, use_cache=True).logits)
 
 
+def test_static_sliding_layer_first_refuses_another_number_of_rows():
+    """A static lara_mini cache whose first layer is a sliding-window layer: once its window was full that layer's
+    device length stayed 0, so a step with another number of rows reallocated it (wiping its keys) and the cache
+    decoded on with wrong logits. Now the host length decides: ValueError before anything moves (static mode then
+    locks the cache until reset(), as for every call it refuses inside a forward), and after reset() the cache
+    decodes as one that never saw the call."""
+    cfg = family_config("lara_mini", layer_types=["sliding_attention", "linear_attention", "full_attention",
+                                                  "linear_attention", "sliding_attention"])
+    torch.manual_seed(0)
+    model = transformers.LaraMiniForCausalLM(cfg).eval()
+    ids, nxt = prompt_ids(2, 8), prompt_ids(2, 1, seed=4)  # 8 tokens through the window of 6
+    cache, clean = (DeltaLogCache(model, backend="torch", merge_interval=3, static=True, max_cache_len=20)
+                    for _ in range(2))
+    with torch.no_grad():
+        for c in (cache, clean):
+            model(ids, past_key_values=c, use_cache=True)
+        keys = cache.layers[0].keys.clone()
+        with pytest.raises(ValueError, match="layer 0 holds 2 rows but the model passed 3; call cache.reset"):
+            model(prompt_ids(3, 1, seed=3), past_key_values=cache, use_cache=True)
+        assert torch.equal(cache.layers[0].keys, keys) and cache.layers[0].get_seq_length() == 8
+        with pytest.raises(ValueError, match="Call cache.reset"):
+            model(nxt, past_key_values=cache, use_cache=True)
+        cache.reset()
+        model(ids, past_key_values=cache, use_cache=True)
+        got = model(nxt, past_key_values=cache, use_cache=True).logits
+        assert torch.equal(got, model(nxt, past_key_values=clean, use_cache=True).logits)
+
+
+def test_triton_backend_decodes_with_past_recording():
+    """With past recording transformers' GDN layers hand q, k, v to the recurrence as strided views of the conv
+    output; the Triton kernels refused them ("must have unit stride"), so on the Triton backend (the default on CUDA)
+    recording, and with it a crop of lara_mini's sliding-window layers past their window, was unusable. The cache now
+    passes contiguous rows: the logits match the default cache, and a crop after the window is exact."""
+    pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
+    model = tiny_model("lara_mini")
+    ids = prompt_ids(2, 8)
+    cache, dense = DeltaLogCache(model, merge_interval=8, backend="triton", crop_ring=True), DynamicCache(
+        config=model.config)
+    cache.activate_past_recording()
+    steps = [forward(model, ids, cache)] + [None] * 3
+    ref = [forward(model, ids, dense)]
+    for t in range(3):  # the same greedy tokens into both
+        nxt = ref[-1][:, -1:].argmax(-1)
+        steps[t + 1], _ = forward(model, nxt, cache), ref.append(forward(model, nxt, dense))
+    assert max(max_abs(a, b) for a, b in zip(steps, ref)) <= 1e-4
+    cache.crop(-2)  # 11 -> 9 tokens: needs the sliding layers' recorded keys
+    fresh = DeltaLogCache(model, merge_interval=8, backend="torch")
+    forward(model, ids, fresh)
+    forward(model, ref[0][:, -1:].argmax(-1), fresh)
+    nxt = prompt_ids(2, 1, seed=7)
+    assert max_abs(forward(model, nxt, cache), forward(model, nxt, fresh)) <= 1e-4
+
+
 def test_a_shared_dsa_layer_without_indexer_keys_is_not_a_stopped_step():
     """Keys without indexer keys in a DSA layer count as a stopped step (a first prefill stopped between the two stores),
     except in GLM-5's "shared" layers, which reuse the previous layer's top-k and never store indexer keys: generate and
@@ -1379,21 +1432,32 @@ def test_crop_after_a_prompt_shorter_than_the_conv_window(ring, past):
     assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) < 1e-5
 
 
-def test_crop_zero_is_a_no_op_and_an_empty_cache_refuses_a_crop():
+@pytest.mark.parametrize("family", ["qwen3_5", "lara_mini"])
+def test_crop_zero_is_a_no_op_and_an_empty_cache_refuses_a_crop(family):
     """crop(0) cut past recording's history back to the window (a later crop of tokens still in the log was then
-    refused), and crop(-5) on an empty cache passed silently (transformers' DynamicCache raises)."""
-    model = tiny_model("qwen3_5")
+    refused) — in the linear layers, and in lara_mini's sliding-window layers (transformers' crop(0) trims their
+    recorded keys) — and crop(-5) on an empty cache passed silently (transformers' DynamicCache raises). crop(0) on an
+    empty recording cache raised AttributeError from transformers' sliding-window layer."""
+    model = tiny_model(family)
     with pytest.raises(ValueError, match="cannot crop 5 tokens"):
         DeltaLogCache(model).crop(-5)
     cache = DeltaLogCache(model, merge_interval=8)
     cache.activate_past_recording()
+    cache.crop(0)  # empty: nothing to do
     first = forward(model, prompt_ids(2, 6), cache)
-    decode(model, cache, first, 3)
+    decode(model, cache, first, 3)  # 9 tokens, past lara_mini's window of 6
     assert cache.is_croppable
+    keys = [layer.keys.clone() for layer in cache.layers if isinstance(layer, DynamicSlidingWindowLayer)]
     cache.crop(0)
+    assert all(torch.equal(layer.keys, k) for layer, k in
+               zip([layer for layer in cache.layers if isinstance(layer, DynamicSlidingWindowLayer)], keys))
     assert cache.is_croppable and int(cache.get_seq_length()) == 9
     cache.crop(-2)
     assert int(cache.get_seq_length()) == 7
+    ref = DeltaLogCache(model, merge_interval=8)
+    decode(model, ref, forward(model, prompt_ids(2, 6), ref), 1)
+    nxt = prompt_ids(2, 1, seed=7)
+    assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) <= 1e-5
 
 
 def test_static_batch_ops_are_refused_before_any_layer_changes():

@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
-from utils import EOS, FAMILIES, PAD, prompt_ids, tiny_model
+from utils import EOS, FAMILIES, PAD, family_config, prompt_ids, tiny_model
 
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.graph import GraphDecoder, graph_generate, max_cache_len_of
@@ -179,6 +179,25 @@ def test_capture_refuses_static_sliding_window_layers(kind, max_cache_len):
     with pytest.raises(ValueError, match=r"layers \[1, 4\] of this cache are transformers' static sliding-window"):
         GraphDecoder(model, cache, capture=True)
     GraphDecoder(model, cache, capture=False)
+
+
+@pytest.mark.parametrize("kind", ["deltalog", "static"])
+def test_loop_decodes_a_config_whose_attention_layers_all_slide(kind):
+    """With no full-attention layer, max_cache_len_of found no slots and refused the cache; it now takes the static
+    DeltaLogCache's max_cache_len, or the sliding layers' slots (transformers' StaticCache keeps no max_cache_len), and
+    the loop gives generate's tokens."""
+    cfg = family_config("lara_mini", sliding_window=20, layer_types=["linear_attention", "sliding_attention",
+                                                                     "linear_attention", "sliding_attention",
+                                                                     "linear_attention"])
+    torch.manual_seed(0)
+    model = transformers.LaraMiniForCausalLM(cfg).eval()
+    ids, mask = padded_prompt()
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, eos_token_id=None)
+    cache = make_cache(kind, model, 12)
+    assert max_cache_len_of(cache) == 12
+    out = graph_generate(model, ids, mask, cache=cache, max_new_tokens=5, eos_token_id=None, capture=False)
+    assert torch.equal(out.sequences, ref)
 
 
 def test_loop_refuses_steps_beyond_max_new_tokens():
