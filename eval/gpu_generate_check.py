@@ -115,6 +115,8 @@ def check_family(family, a, device) -> list[dict]:
                 t_ref = time.perf_counter() - t0
                 log(f"{family} {dtype_name} B={batch} M={M}: DeltaLogCache generate ...")
                 cache = DeltaLogCache(model, merge_interval=M, backend=backend, stagger_merges=a.stagger_merges)
+                if a.past_recording:
+                    cache.activate_past_recording()
                 t0 = time.perf_counter()
                 out = model.generate(ids, past_key_values=cache, **kw)
                 t_ours = time.perf_counter() - t0
@@ -136,11 +138,13 @@ def check_family(family, a, device) -> list[dict]:
                     graph[key] = dict(identical_to_reference=bool(same.all()),
                                       token_agreement=float((run.sequences == ref.sequences)[:, prompt:].float().mean()),
                                       first_differing_step=None if same.all() else int((~same).nonzero()[0]))
-            rows.append(dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M,
+            window = getattr(cfg, "sliding_window", None) if "sliding_attention" in cfg.layer_types else None
+            rows.append(dict(family=family, dtype=str(dtype), batch=batch, merge_interval=M, sliding_window=window,
                              effective_merge_interval=sorted({layer.merge_interval for layer in layers}),
                              dense_fla_kernel=any(layer.dense_kernel is not None for layer in layers),
                              backends=sorted({layer.backend for layer in layers}),
                              staggered=sorted({layer.staggered for layer in layers}),
+                             past_recording=a.past_recording,
                              **compare(out, ref, prompt, a.new_tokens), reference_generate_s=round(t_ref, 2),
                              deltalog_generate_s=round(t_ours, 2), **graph))
             print(rows[-1], flush=True)
@@ -162,17 +166,25 @@ def main(argv=None) -> list[dict]:
                         "lara_mini (GDN, Hk = 8, HV = 16, beside sliding-window attention)")
     p.add_argument("--stagger-merges", action="store_true",
                    help="DeltaLogCache(stagger_merges=True) in every run (default: the cache's default, aligned)")
+    p.add_argument("--past-recording", action="store_true",
+                   help="call activate_past_recording() on each DeltaLogCache before its generate (transformers' GDN "
+                        "layers then pass q, k, v as strided views)")
     p.add_argument("--graph", action="store_true",
                    help="also decode each run with hf_deltalog.graph.graph_generate on a static DeltaLogCache (a "
                         "captured CUDA graph on a GPU) and compare its tokens with the reference's; MoE layers then "
                         "run transformers' batched_mm experts in all three decodes (its grouped_mm is not "
                         "capturable in fp32)")
     p.add_argument("--sliding-window", type=int, default=None,
-                   help="lara_mini's attention window (default 16; 4 with --cpu-smoke); with --graph it must be at "
-                        "least the prompt (32; 8 with --cpu-smoke) plus --new-tokens, or the capture is refused")
+                   help="lara_mini's attention window, a positive int (default 16; 4 with --cpu-smoke); only with "
+                        "--families lara_mini. hf_deltalog.graph refuses to capture its static sliding-window layers "
+                        "whatever the window, so --graph decodes lara_mini eagerly only (the captured run is recorded "
+                        "as refused)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny shapes on the CPU, DeltaLogCache's Triton backend under the interpreter")
     a = p.parse_args(argv)
+    if a.sliding_window is not None and (a.sliding_window < 1 or a.families != ["lara_mini"]):
+        p.error(f"--sliding-window takes a positive int and applies to --families lara_mini only; got "
+                f"{a.sliding_window} with --families {' '.join(a.families)}")
     try:
         smoke_runs = [(2, None), (3, 2)]
         a.runs = parse_runs(a.runs, smoke_runs if a.cpu_smoke else [(a.batch, None), (64, None), (64, 2), (64, 16)])
