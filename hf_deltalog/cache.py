@@ -1229,9 +1229,8 @@ class DeltaLogCache(DynamicCache):
     def _fit_static_rows(self, layer_idx: int, buffer: str, flag: str, length: str, rows: int) -> None:
         """Static mode, before static attention layer ``layer_idx`` writes ``rows`` rows into its preallocated
         ``buffer`` (``[B, ...]``; ``flag``: whether it is allocated, ``length``: its token count, a device tensor or a
-        host int): a buffer of
-        another batch size is reallocated when it holds no token (after ``reset()``, as the DeltaLog layers do) and
-        refused, before anything changes, when it holds tokens. Compares host shapes; reads the device length only
+        host int): a buffer of another batch size is reallocated when it holds no token (after ``reset()``, as the
+        DeltaLog layers do) and refused, before anything changes, when it holds tokens. Compares host shapes; reads the device length only
         where the sizes differ (never on a valid decode step).
 
         Raises:
