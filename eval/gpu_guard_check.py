@@ -16,6 +16,11 @@ line per case and writes them all to ``--out``:
   ``ValueError`` naming ``cache.reset()``; after ``reset()`` the tokens equal a fresh cache's.
 - ``stopped_decode_step``: a stop inside layer 0 at a decode step, after its conv window moved and before its state
   was stored; same expectations.
+- ``stopped_between_steps``: a stopping criterion raises ``KeyboardInterrupt`` between two decode steps (as Ctrl-C
+  would): the layers agree, but the consumed ids never came back, so the next generate (an unrelated, longer prompt)
+  raises the ``ValueError`` naming ``cache.reset()``; after ``reset()`` the tokens equal a fresh cache's.
+- ``positional_generation_config`` (transformers' models): a beam search whose ``GenerationConfig`` is passed by
+  position; continuing its cache is refused (``ValueError``: the rows are beams).
 - ``static_stop_between_layers`` (Qwen3.5 only): a static cache's decode step stopped before a linear layer
   (``disable_compile=True``: on a GPU transformers compiles a static cache's decode step, where a hook cannot stop it).
 - ``backward_raises`` (transformers' models): a backward through a cached decode step raises ``RuntimeError``.
@@ -104,6 +109,23 @@ def _manual_stop_row(model, new_cache, block, ids, nxt, cache_arg: str) -> dict:
         fresh = new_cache()
         diff = max((step(cache, x).float() - step(fresh, x).float()).abs().max().item() for x in (ids, nxt, nxt))
     return dict(_stop_row(first, refused or locked, diff <= 1e-5), max_abs_logit_diff_after_reset=diff)
+
+
+def _interrupt_at(at: int):
+    """A StoppingCriteriaList whose criterion raises KeyboardInterrupt at its ``at``-th call (between decode steps)."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class InterruptAt(StoppingCriteria):
+        calls = 0
+
+        def __call__(self, input_ids, scores, **kwargs):
+            self.calls += 1
+            if self.calls == at:
+                raise KeyboardInterrupt
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([InterruptAt()])
 
 
 def _ids(batch, length, vocab, device, seed):
@@ -230,6 +252,30 @@ def transformers_cases(family: str, device) -> list[dict]:
         same = after_reset(cache, turn2, kw)
         return _stop_row(first, refused, same)
 
+    def stopped_between_steps():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        other = _ids(2, 12, vocab, device, 11)
+        with torch.no_grad():
+            first = _expect(KeyboardInterrupt, "", lambda: model.generate(
+                ids, past_key_values=cache, max_new_tokens=6, do_sample=False, stopping_criteria=_interrupt_at(3)))
+            refused = _expect(ValueError, "cache.reset()", lambda: model.generate(
+                other, past_key_values=cache, max_new_tokens=3, do_sample=False))
+        same = after_reset(cache, other)
+        return _stop_row(first, refused, same)
+
+    def positional_generation_config():
+        from transformers import GenerationConfig
+
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        config = GenerationConfig(num_beams=3, num_return_sequences=3, max_new_tokens=4, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)
+        with torch.no_grad():
+            out = model.generate(ids, config, past_key_values=cache, disable_compile=True)
+            turn2 = torch.cat([out, _ids(6, 2, vocab, device, 12)], 1)
+            refused = _expect(ValueError, "from a beam search", lambda: model.generate(
+                turn2, past_key_values=cache, max_new_tokens=2, do_sample=False, pad_token_id=0))
+        return dict(ok=refused is None and out.shape[0] == 6, refusal=refused)
+
     def backward_raises():
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)
         model(ids, cache=cache, use_cache=True)
@@ -241,6 +287,8 @@ def transformers_cases(family: str, device) -> list[dict]:
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
+    case("stopped_between_steps", stopped_between_steps)
+    case("positional_generation_config", positional_generation_config)
     case("manual_step_after_a_stop_between_layers", lambda: _manual_stop_row(
         model, lambda: DeltaLogCache(model, backend="triton", merge_interval=M), model.model.layers[2], ids,
         _ids(2, 1, vocab, device, 6), "cache"))
@@ -337,9 +385,19 @@ def fla_cases(family: str, device) -> list[dict]:
         row = _stop_row(first, refused, same)
         return dict(row, ok=row["ok"] and calls["n"] == 3)
 
+    def stopped_between_steps():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        first = _expect(KeyboardInterrupt, "", lambda: ours(ids, cache, 6, do_sample=False,
+                                                           stopping_criteria=_interrupt_at(3)))
+        refused = _expect(ValueError, "cache.reset()", lambda: ours(_ids(2, 12, vocab, device, 11), cache, 3,
+                                                                     do_sample=False))
+        same = matches_reference_after_reset(cache)
+        return _stop_row(first, refused, same)
+
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
+    case("stopped_between_steps", stopped_between_steps)
     last = model.model.layers[-1]  # RWKV6: stop after the last block's recurrent store, before its FFN's store
     case("manual_step_after_a_stop_between_stores", lambda: _manual_stop_row(
         model, lambda: DeltaLogCache(model, backend="triton", merge_interval=M),

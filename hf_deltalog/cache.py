@@ -46,7 +46,7 @@ from transformers.cache_utils import (
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
-from hf_deltalog.patches.registry import FamilySpec, _resolve, patch, runs_fla_kernels
+from hf_deltalog.patches.registry import FamilySpec, _resolve, install_generate_checks, patch, runs_fla_kernels
 
 __all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
 
@@ -1043,6 +1043,7 @@ class DeltaLogCache(DynamicCache):
         self._fingerprint = (spec.model_type, tuple(layer_types), dims, _attention_geometry(config))
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
+        self._stopped_generate: str | None = None  # see note_stopped_generate
         self._order = StepOrder()  # dynamic mode: where the model's forward is (see _begin_layer_step)
         # The layers' kinds, fixed from here on: the per-forward check walks these lists
         self._linear_layers = [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
@@ -1384,6 +1385,7 @@ class DeltaLogCache(DynamicCache):
         super().reset()
         self._ledger = None
         self._after_beams = False
+        self._stopped_generate = None
         self._status.broken = None
         self._order = StepOrder()
 
@@ -1443,7 +1445,7 @@ class DeltaLogCache(DynamicCache):
         self._check_consistent(held)
         if held == 0:
             return
-        _check_held_rows_continue(held, self._after_beams, expand)
+        _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate)
         if input_ids is None:
             return
         only_new = attention_mask is not None and attention_mask.shape[1] == held + input_ids.shape[1]
@@ -1482,29 +1484,24 @@ class DeltaLogCache(DynamicCache):
                            {layer.batch_size for layer in self.deltalog_layers if layer.base is not None},
                            interrupted)
 
-    def _check_room(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
-                    max_new_tokens: int | None, max_length: int | None = None) -> None:
+    def _check_room(self, tokens: int | None, attention_mask: torch.Tensor | None,
+                    max_new_tokens: int | None) -> None:
         """Called (through the patch) when ``generate`` starts: in static mode, raise ValueError when the attention
-        slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the held and new prompt
-        tokens and ``max_new_tokens − 1`` generated ones (the last generated token is never fed). Without
-        ``max_new_tokens`` the call's ``max_length`` (transformers' default 20, prompt included) bounds it, as in
-        generate. Nothing to check outside static mode or without ids."""
-        if not self.static or input_ids is None:
+        slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the held and ``tokens`` new
+        prompt tokens (ids or ``inputs_embeds``) and ``max_new_tokens − 1`` generated ones (the last generated token
+        is never fed). ``max_new_tokens`` is what generate resolves (an explicit ``max_length`` or the capped default
+        counted in; see ``hf_deltalog.patches.registry._new_tokens``). Nothing to check outside static mode, without a
+        prompt, or when the call generates nothing (generate says so itself)."""
+        if not self.static or tokens is None or max_new_tokens is None or max_new_tokens < 1:
             return
-        held, T = int(self.get_seq_length()), input_ids.shape[1]
-        if max_new_tokens is None:
-            if max_length is None:
-                return
-            max_new_tokens = int(max_length) - T  # generate's own rule: max_length counts the ids it was given
-            if max_new_tokens < 1:
-                return  # generate generates nothing (and says so)
-        only_new = held > 0 and attention_mask is not None and attention_mask.shape[1] != T
-        need = (held + T if only_new else T) + int(max_new_tokens) - 1
+        held = int(self.get_seq_length())
+        only_new = held > 0 and attention_mask is not None and attention_mask.shape[1] != tokens
+        need = (held + tokens if only_new else tokens) + int(max_new_tokens) - 1
         if need > self.max_cache_len:
             raise ValueError(
                 f"this static DeltaLogCache has room for {self.max_cache_len} tokens per row (max_cache_len), but this "
                 f"generate call feeds it up to {need} (a prompt of {need - int(max_new_tokens) + 1} and "
-                f"max_new_tokens={max_new_tokens}, the last one never fed); build it with a larger max_cache_len"
+                f"{max_new_tokens} new tokens, the last one never fed); build it with a larger max_cache_len"
             )
 
     def _after_generate(self, output: Any, beams: bool = False) -> None:
@@ -1512,6 +1509,7 @@ class DeltaLogCache(DynamicCache):
         beam search (``beams``) the rows are the beams in the search's last order, not the returned sequences: the
         cache is then marked as not continuable (until ``reset()``)."""
         self._after_beams = bool(beams)
+        self._stopped_generate = None
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         consumed = None if sequences is None else sequences[:, :-1]
         if consumed is not None and consumed.shape == (self.batch_size, int(self.get_seq_length())):
@@ -1605,10 +1603,34 @@ def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interr
         )
 
 
-def _check_held_rows_continue(held: int, after_beams: bool, expand: int) -> None:
-    """Raise ValueError when a cache holding ``held`` tokens cannot be continued by this generate call: its rows are
-    the beams of an earlier beam search (``after_beams``), or the call would expand every row into ``expand`` > 1
-    (``num_beams`` / ``num_return_sequences``). Shared by :class:`DeltaLogCache` and the FLA cache."""
+def note_stopped_generate(cache: Any, error: BaseException, held_before: int) -> None:
+    """Called (through the patch) when ``generate`` on ``cache`` raised ``error`` (an interrupt, or an exception from a
+    streamer, a stopping criterion or the model). When the cache holds another number of tokens than the
+    ``held_before`` it held when the call started, it consumed tokens whose ids never came back to the caller: its
+    record of consumed tokens is dropped and the next ``generate`` on it is refused until ``reset()``
+    (:func:`_check_held_rows_continue`). A call stopped before the cache changed (e.g. an invalid argument) leaves it
+    as it was. Shared by :class:`DeltaLogCache` and the FLA cache."""
+    try:
+        held = int(cache.get_seq_length())
+    except Exception:  # noqa: BLE001 - a cache left in a state it cannot report counts as changed
+        held = -1
+    if held != held_before:
+        cache._ledger = None
+        cache._stopped_generate = type(error).__name__
+
+
+def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped: str | None = None) -> None:
+    """Raise ValueError when a cache holding ``held`` tokens cannot be continued by this generate call: the last
+    generate call on it stopped with the exception named ``stopped`` after the cache consumed tokens
+    (:func:`note_stopped_generate`), its rows are the beams of an earlier beam search (``after_beams``), or the call
+    would expand every row into ``expand`` > 1 (``num_beams`` / ``num_return_sequences``). Shared by
+    :class:`DeltaLogCache` and the FLA cache."""
+    if stopped is not None:
+        raise ValueError(
+            f"the last generate call on this cache stopped with {stopped} after the cache had consumed tokens, so it "
+            f"holds {held} tokens per row whose ids never came back from that call and cannot be compared with the "
+            "ids given now. Call cache.reset() (or build a new cache) and generate again from the whole conversation"
+        )
     if after_beams:
         raise ValueError(
             f"this cache holds {held} tokens from a beam search: its rows are the beams in the search's own order, "
@@ -1659,3 +1681,8 @@ def _supported() -> list[str]:
     from hf_deltalog.patches.registry import supported_model_types
 
     return supported_model_types()
+
+
+# generate's checks are bound when this module is imported, not only when a cache is built: in
+# `model.generate(..., cache=DeltaLogCache(model))` Python looks `model.generate` up before it builds the cache.
+install_generate_checks()

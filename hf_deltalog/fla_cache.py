@@ -562,6 +562,7 @@ class FLADeltaLogCache(FLACache):
         self._fingerprint = (spec.model_type, tuple(self._linear), self._dims, _layer_geometry(config))
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
+        self._stopped_generate: str | None = None  # see hf_deltalog.cache.note_stopped_generate
         # Layers a forward entered and did not finish: entered at FLA's step read of their state dict (a decode step:
         # FLA's layers then move their conv window in place) or at their first store, finished at their last store of
         # the step (the recurrent or attention state; RWKV6: the FFN's token-shift state after it).
@@ -778,6 +779,7 @@ class FLADeltaLogCache(FLACache):
         super().reset()
         self._ledger = None
         self._after_beams = False
+        self._stopped_generate = None
         self._shared.status.broken = None
         self._shared.cu_seqlens = None
         self._inside.clear()
@@ -811,21 +813,22 @@ class FLADeltaLogCache(FLACache):
         self._check_layers_agree(held)
         if held == 0:
             return
-        _check_held_rows_continue(held, self._after_beams, expand)
+        _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate)
         if input_ids is None:
             return
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
 
-    def _generate_through(self, upstream: Callable, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+    def _generate_through(self, upstream: Callable, model: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``GenerationMixin.generate`` (``upstream``) on an FLA model with this cache, inside
         :func:`fla_generate_handover` (see there why FLA 0.6.0's models need it under transformers 5.24)."""
         with fla_generate_handover(model, self):
-            return upstream(model, inputs, *args, **kwargs)
+            return upstream(model, *args, **kwargs)
 
     def _after_generate(self, output: Any, beams: bool = False) -> None:
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one (after a
         beam search nothing, and the cache is marked as not continuable until ``reset()``)."""
         self._after_beams = bool(beams)
+        self._stopped_generate = None
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         consumed = None if sequences is None else sequences[:, :-1]
         ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())

@@ -1,14 +1,14 @@
 """DeltaLogCache's Cache API: lifecycle, batch operations, crop, lengths, memory, and errors on bad input."""
 
-import numpy as np
 import copy
 
+import numpy as np
 import pytest
 import torch
 import transformers
-from transformers import DynamicCache
+from transformers import DynamicCache, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from transformers.cache_utils import DynamicSlidingWindowLayer
-from utils import FAMILIES, GDN, KDA_FAMILIES, MOE, _drop, family_config, max_abs, prompt_ids, rel_err, tiny_model
+from utils import FAMILIES, GDN, KDA_FAMILIES, MOE, PAD, _drop, family_config, max_abs, prompt_ids, rel_err, tiny_model
 
 import hf_deltalog
 from hf_deltalog import DeltaLogCache, DeltaLogLayer
@@ -184,7 +184,7 @@ def test_static_generate_refuses_more_tokens_than_max_cache_len():
     ids, kw = prompt_ids(2, 6, seed=3), dict(do_sample=False, eos_token_id=None)
     cache = DeltaLogCache(model, static=True, max_cache_len=6 + 3)
     with pytest.raises(ValueError, match=r"has room for 9 tokens per row \(max_cache_len\), but this generate call feeds it "
-                                         r"up to 13 \(a prompt of 6 and max_new_tokens=8"):
+                                         r"up to 13 \(a prompt of 6 and 8 new tokens"):
         model.generate(ids, cache=cache, max_new_tokens=8, **kw)
     assert int(cache.get_seq_length()) == 0
     with torch.no_grad():
@@ -229,6 +229,118 @@ def test_static_generate_with_no_length_at_all_is_checked():
     fits = DeltaLogCache(model, static=True, max_cache_len=29)
     out = model.generate(ids, cache=fits, **kw)
     assert out.shape[1] == 10 + 20 and torch.equal(out, model.generate(ids, **kw))
+
+def test_static_default_length_follows_generates_max_position_embeddings_cap():
+    """Nobody sets a length and prompt + 20 exceeds max_position_embeddings: generate caps max_length there, so it
+    makes fewer than 20 tokens. The room check assumed 20 and refused a cache that fits (transformers' StaticCache
+    serves it), with a wrong count (found by a breaker review); it now follows generate's cap."""
+    torch.manual_seed(0)
+    model = transformers.Qwen3_5ForCausalLM(family_config("qwen3_5", max_position_embeddings=24)).eval()
+    ids, kw = prompt_ids(1, 8, seed=3), dict(do_sample=False, eos_token_id=None)
+    with torch.no_grad():
+        ref = model.generate(ids, **kw)
+        assert ref.shape[1] == 24  # 16 new tokens: the cache is fed 8 + 16 - 1 = 23
+        with pytest.raises(ValueError, match=r"has room for 22 tokens per row \(max_cache_len\), but this generate call "
+                                             r"feeds it up to 23 \(a prompt of 8 and 16 new tokens"):
+            model.generate(ids, cache=DeltaLogCache(model, static=True, max_cache_len=22), **kw)
+        assert torch.equal(model.generate(ids, cache=DeltaLogCache(model, static=True, max_cache_len=23), **kw), ref)
+
+
+@pytest.mark.parametrize("length_kw", [dict(max_new_tokens=10), dict(max_length=18)],
+                         ids=["max_new_tokens", "max_length"])
+def test_static_room_check_counts_inputs_embeds(length_kw):
+    """A generate call given inputs_embeds (no ids) was not checked: a static cache too small for it failed with an
+    IndexError inside the attention layer (found by a breaker review). The embeddings' length counts as the prompt
+    now (a max_length then counts them too, as in generate); a cache that fits gives the default cache's tokens."""
+    model = tiny_model("qwen3_5")
+    ids, kw = prompt_ids(2, 8, seed=3), dict(do_sample=False, eos_token_id=None, **length_kw)
+    embeds = model.get_input_embeddings()(ids).detach()
+    small = DeltaLogCache(model, static=True, max_cache_len=16)
+    with pytest.raises(ValueError, match=r"has room for 16 tokens per row \(max_cache_len\), but this generate call "
+                                         r"feeds it up to 17 \(a prompt of 8 and 10 new tokens"):
+        model.generate(inputs_embeds=embeds, cache=small, **kw)
+    assert int(small.get_seq_length()) == 0
+    with torch.no_grad():
+        out = model.generate(inputs_embeds=embeds, cache=DeltaLogCache(model, static=True, max_cache_len=17), **kw)
+        assert out.shape[1] == 10 and torch.equal(out, model.generate(inputs_embeds=embeds, **kw))
+
+
+@pytest.mark.parametrize("positional", [False, True], ids=["keyword", "positional"])
+def test_a_positional_generation_config_is_checked_like_a_keyword_one(positional):
+    """generate(ids, config, cache=...) is valid transformers usage, but the checks read only a generation_config
+    passed by keyword, so a positional one ran unchecked: use_cache=False decoded wrong tokens, a static cache too
+    small failed with an IndexError, and a beam search's cache was continued into wrong tokens (found by a breaker
+    review). The call's arguments are read through generate's own signature now."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 8, seed=3)
+
+    def run(config, cache, inputs=ids):
+        if positional:
+            return model.generate(inputs, config, cache=cache)
+        return model.generate(inputs, generation_config=config, cache=cache)
+
+    cache = DeltaLogCache(model)
+    with pytest.raises(ValueError, match="use_cache=False"):
+        run(GenerationConfig(use_cache=False, max_new_tokens=3, do_sample=False), cache)
+    assert cache.get_seq_length() == 0
+    small = DeltaLogCache(model, static=True, max_cache_len=12)
+    with pytest.raises(ValueError, match=r"feeds it up to 37 \(a prompt of 8 and 30 new tokens"):
+        run(GenerationConfig(max_new_tokens=30, do_sample=False), small)
+    assert int(small.get_seq_length()) == 0
+    beams = GenerationConfig(num_beams=3, num_return_sequences=3, max_new_tokens=4, do_sample=False,
+                             eos_token_id=None, pad_token_id=PAD)
+    with torch.no_grad():
+        out = run(beams, cache)
+    with pytest.raises(ValueError, match="from a beam search"):
+        model.generate(torch.cat([out, prompt_ids(6, 2, seed=4)], 1), cache=cache, max_new_tokens=2, do_sample=False,
+                       pad_token_id=PAD)
+
+
+class _InterruptAt(StoppingCriteria):
+    """Raises KeyboardInterrupt at its ``at``-th call, as Ctrl-C between two decode steps would."""
+
+    def __init__(self, at: int):
+        self.at, self.calls = at, 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+def test_generate_stopped_by_an_exception_is_not_continued_silently(family):
+    """A generate call stopped between decode steps (Ctrl-C, a streamer or a stopping criterion raising) leaves every
+    layer consistent but never returns the ids the cache consumed, so the record of consumed tokens was stale: the
+    next generate with an unrelated, longer prompt decoded from the old state, silently (found by a breaker review;
+    transformers' DynamicCache does the same). The next generate is refused until reset(); a call stopped before
+    the cache changed leaves it usable."""
+    model = tiny_model(family)
+    cache, kw = DeltaLogCache(model), dict(do_sample=False, eos_token_id=None)
+    with torch.no_grad():
+        first = model.generate(prompt_ids(1, 8, seed=3), cache=cache, max_new_tokens=3, **kw)
+        follow_up = torch.cat([first, prompt_ids(1, 2, seed=5)], 1)
+        with pytest.raises(ValueError, match="temperature"):  # refused by transformers before any forward
+            model.generate(follow_up, cache=cache, max_new_tokens=3, do_sample=True, temperature=-1.0)
+        assert cache.get_seq_length() == 10  # unchanged, so not marked: the conversation goes on
+        with pytest.raises(KeyboardInterrupt):
+            model.generate(follow_up, cache=cache, max_new_tokens=10,
+                           stopping_criteria=StoppingCriteriaList([_InterruptAt(4)]), **kw)
+        held = cache.get_seq_length()
+        assert held > 12  # the 12 ids and some generated tokens, whose ids never came back
+        other = prompt_ids(1, 20, seed=7)
+        with pytest.raises(ValueError, match=r"stopped with KeyboardInterrupt after the cache had consumed tokens, so "
+                                             rf"it holds {held} tokens per row"):
+            model.generate(other, cache=cache, max_new_tokens=5, **kw)
+        with pytest.raises(ValueError, match="stopped with KeyboardInterrupt"):  # its own conversation too
+            model.generate(torch.cat([follow_up, prompt_ids(1, held - 12, seed=6)], 1), cache=cache, max_new_tokens=2,
+                           **kw)
+        assert cache.get_seq_length() == held
+        cache.reset()
+        assert torch.equal(model.generate(other, cache=cache, max_new_tokens=5, **kw),
+                           model.generate(other, max_new_tokens=5, **kw))
+
 
 def test_static_batch_size_mismatch_with_an_attention_layer_first():
     """Static mode, attention before linear attention (the first layer to see the batch is transformers'

@@ -12,6 +12,7 @@ from utils import prompt_ids, tiny_model
 import hf_deltalog
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.patches import FAMILIES
+from hf_deltalog.patches.registry import install_generate_checks
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -45,6 +46,7 @@ def clean():
     hf_deltalog.unpatch()
     yield originals
     hf_deltalog.unpatch()
+    install_generate_checks()  # the state importing hf_deltalog.cache leaves, for the tests that follow
 
 
 def test_unpatch_restores_upstream_functions(clean):
@@ -181,3 +183,40 @@ def test_patch_follows_the_module_globals_after_a_reload(tmp_path):
     script.write_text(RELOAD_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+FIRST_CALL_SCRIPT = """
+import sys
+sys.modules.setdefault("fla", None)  # as tests/conftest.py: transformers' own path, not FLA's kernels
+sys.path.insert(0, {tests!r})
+import torch
+from hf_deltalog import DeltaLogCache
+from utils import prompt_ids, tiny_model
+
+model = tiny_model("qwen3_5")
+ids = prompt_ids(2, 6, seed=3)
+# the README's one-line form, first call of the process: model.generate is looked up before the cache is built
+out = model.generate(ids, num_beams=3, num_return_sequences=3, max_new_tokens=4, do_sample=False, eos_token_id=None,
+                     pad_token_id=0, cache=DeltaLogCache(model), return_dict_in_generate=True)
+try:
+    model.generate(torch.cat([out.sequences, prompt_ids(6, 2, seed=4)], 1), cache=out.cache, max_new_tokens=2,
+                   do_sample=False, pad_token_id=0)
+except ValueError as error:
+    assert "from a beam search" in str(error), error
+    print("ok")
+"""
+
+
+def test_generate_checks_cover_the_first_call_with_a_cache_built_in_its_arguments(tmp_path):
+    """In `model.generate(..., cache=DeltaLogCache(model))` Python looks model.generate up before it builds the
+    cache. The checks were bound only when a cache was built, so the first such call of a process ran none of them:
+    a beam search's cache was then continued into wrong tokens (found by a breaker review). They are bound when
+    hf_deltalog.cache is imported now. Runs in a subprocess: the first call of a fresh process is what is tested."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "first_call.py"
+    script.write_text(FIRST_CALL_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (done.stdout[-2000:], done.stderr[-3000:])

@@ -8,6 +8,7 @@ import pytest
 import torch
 from fla.models.utils import Cache
 from helpers import FAMILIES, PAD, generate_ours, generate_ref, max_abs, max_logit_diff, prompt_ids, tiny_model
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.fla_cache import FLADeltaLogCache, FLADeltaLogLayer
@@ -199,6 +200,39 @@ def test_beam_search_cache_and_expanded_continuation_are_refused(family):
     second = generate_ours(model, turn2, cache, max_new_tokens=3, **GREEDY)  # the cache is still usable
     ref, _ = generate_ref(model, turn2, max_new_tokens=3, **GREEDY)
     assert torch.equal(second.sequences, ref.sequences)
+
+
+class _InterruptAt(StoppingCriteria):
+    """Raises KeyboardInterrupt at its ``at``-th call, as Ctrl-C between two decode steps would."""
+
+    def __init__(self, at: int):
+        self.at, self.calls = at, 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
+def test_a_generate_stopped_between_steps_is_not_continued_silently(family):
+    """A generate stopped between two decode steps (Ctrl-C, a streamer or a stopping criterion raising) leaves the
+    layers consistent but never returns the ids the cache consumed: the next generate with an unrelated, longer
+    prompt decoded from the old state, silently (found by a breaker review of transformers' models; FLA's own Cache
+    does the same). It is refused until reset(), and after reset() the cache matches FLA's."""
+    model = tiny_model(family, layers=1)
+    cache = DeltaLogCache(model, merge_interval=2)
+    with pytest.raises(KeyboardInterrupt):
+        generate_ours(model, prompt_ids(1, 4, seed=8), cache, max_new_tokens=6, do_sample=False,
+                      stopping_criteria=StoppingCriteriaList([_InterruptAt(3)]))
+    held = cache.get_seq_length()
+    assert held > 4
+    other = prompt_ids(1, held + 3, seed=9)
+    with pytest.raises(ValueError, match=rf"stopped with KeyboardInterrupt .* it holds {held} tokens per row"):
+        generate_ours(model, other, cache, max_new_tokens=2, do_sample=False)
+    assert cache.get_seq_length() == held
+    assert_matches_fla_after_reset(model, other, cache)
 
 
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])

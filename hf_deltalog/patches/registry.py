@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
+
 __all__ = [
     "FAMILIES",
     "FamilySpec",
@@ -187,23 +189,36 @@ def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
 
 
 def _generation_dispatcher(upstream: Callable) -> Callable:
-    @functools.wraps(upstream)
-    def generate(self, inputs=None, *args, **kwargs):
-        from hf_deltalog.cache import DeltaLogCache
+    """``GenerationMixin.generate`` with a DeltaLog cache's checks around it: its arguments are read through
+    ``upstream``'s own signature (a positional ``generation_config`` counts as a keyword one), and every call is handed
+    to ``upstream`` exactly as it came."""
+    signature = inspect.signature(upstream)
+    var_keyword = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
 
-        cache = kwargs.get("cache", kwargs.get("past_key_values", kwargs.get("cache_params")))
+    @functools.wraps(upstream)
+    def generate(self, *args, **kwargs):
+        from hf_deltalog.cache import DeltaLogCache, note_stopped_generate
+
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return upstream(self, *args, **kwargs)  # upstream's own error for a call it does not accept
+        named = bound.arguments
+        extra = dict(named.get(var_keyword) or {}) if var_keyword else {}
+        cache = extra.get("cache", extra.get("past_key_values", extra.get("cache_params")))
         # FLA models get an hf_deltalog.fla_cache.FLADeltaLogCache (an FLA Cache) that carries the same checks.
         if not isinstance(cache, DeltaLogCache) and not getattr(type(cache), "_deltalog_generate_checks", False):
-            return upstream(self, inputs, *args, **kwargs)
+            return upstream(self, *args, **kwargs)
         cache._check_model(self)
-        resolved = _resolved_generation_config(self, kwargs)
+        passed = named.get("generation_config")
+        resolved = _resolved_generation_config(self, passed, extra)
 
         def option(name: str, default: Any) -> Any:  # as generate resolves it
             if resolved is not None:
                 value = getattr(resolved, name, None)
                 return default if value is None else value
-            value = kwargs.get(name)  # fallback: the call's kwarg, else the passed or the model's config
-            config = kwargs.get("generation_config") or self.generation_config
+            value = extra.get(name)  # fallback: the call's kwarg, else the passed or the model's config
+            config = passed or self.generation_config
             return getattr(config, name, default) if value is None else value
 
         use_cache = option("use_cache", True)
@@ -215,21 +230,27 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
                 "into the cache again at every step and decode from a wrong state. Pass use_cache=True (the "
                 "default) with the cache, or no cache with use_cache=False"
             )
-        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        inputs = named.get("inputs")
+        ids = inputs if inputs is not None else extra.get("input_ids")
+        attention_mask = extra.get("attention_mask")
         num_beams = int(option("num_beams", 1) or 1)
         expand = max(num_beams, int(option("num_return_sequences", 1) or 1))
-        cache._before_generate(ids, kwargs.get("attention_mask"), expand=expand)
+        cache._before_generate(ids, attention_mask, expand=expand)
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
         if check_room is not None:
-            max_new, max_length = option("max_new_tokens", None), option("max_length", None)
-            passed = kwargs.get("generation_config")
-            if max_new is None and kwargs.get("max_length") is None and getattr(passed, "max_length", None) is None \
-                    and getattr(self.generation_config, "max_length", None) is None:
-                # nobody set a length: generate makes max_length (the global default, 20) *new* tokens
-                max_new, max_length = max_length, None
-            check_room(ids, kwargs.get("attention_mask"), max_new, max_length)
+            embeds = extra.get("inputs_embeds")
+            fed = embeds if isinstance(embeds, torch.Tensor) and embeds.dim() >= 2 else ids
+            fed_tokens = None if fed is None else int(fed.shape[1])
+            ids_tokens = int(ids.shape[1]) if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else 0
+            new_tokens = _new_tokens(self, option, passed, extra, fed_tokens, ids_tokens)
+            check_room(fed_tokens, attention_mask, new_tokens)
+        held = int(cache.get_seq_length())
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
-        out = run(upstream, self, inputs, *args, **kwargs) if run else upstream(self, inputs, *args, **kwargs)
+        try:
+            out = run(upstream, self, *args, **kwargs) if run else upstream(self, *args, **kwargs)
+        except BaseException as error:  # an interrupt, or an error raised by a streamer or a stopping criterion
+            note_stopped_generate(cache, error, held)
+            raise
         cache._after_generate(out, beams=num_beams > 1)
         return out
 
@@ -237,17 +258,42 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
     return generate
 
 
-def _resolved_generation_config(model: Any, kwargs: dict[str, Any]) -> Any:
-    """The generation config ``generate`` will run with: the passed ``generation_config`` (or none), completed with the
-    model's own ``generation_config`` and then overridden by the call's keyword arguments, through transformers' own
-    ``_prepare_generation_config`` (a passed config leaves unset fields to the model's defaults, e.g. a model default
-    of ``num_beams=4``). None when that method is missing or fails (``generate`` itself then reports the problem)."""
+def _new_tokens(model: Any, option: Callable[[str, Any], Any], passed: Any, extra: dict[str, Any],
+                fed_tokens: int | None, ids_tokens: int) -> int | None:
+    """How many tokens this ``generate`` call may generate, by transformers' own rule
+    (``GenerationMixin._prepare_generated_length``): ``max_new_tokens`` when set; else a ``max_length`` that someone
+    set counts the prompt fed to the model (ids, or ``inputs_embeds``); else the default ``max_length`` (20) new
+    tokens, capped so that ids and new tokens stay within the config's ``max_position_embeddings``. None when the call
+    feeds nothing we can count."""
+    max_new = option("max_new_tokens", None)
+    if max_new is not None:
+        return int(max_new)
+    if fed_tokens is None:
+        return None
+    max_length = option("max_length", None)
+    if max_length is None:
+        return None
+    if extra.get("max_length") is not None or getattr(passed, "max_length", None) is not None \
+            or getattr(model.generation_config, "max_length", None) is not None:
+        return int(max_length) - fed_tokens
+    total = int(max_length) + ids_tokens  # nobody set a length: generate makes max_length new tokens, capped
+    cap = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(cap, int) and not isinstance(cap, bool):
+        total = min(total, cap)
+    return total - ids_tokens
+
+
+def _resolved_generation_config(model: Any, passed: Any, extra: dict[str, Any]) -> Any:
+    """The generation config ``generate`` will run with: ``passed`` (the call's ``generation_config``, or None),
+    completed with the model's own ``generation_config`` and then overridden by the call's other keyword arguments
+    ``extra``, through transformers' own ``_prepare_generation_config`` (a passed config leaves unset fields to the
+    model's defaults, e.g. a model default of ``num_beams=4``). None when that method is missing or fails
+    (``generate`` itself then reports the problem)."""
     prepare = getattr(model, "_prepare_generation_config", None)
     if prepare is None:
         return None
-    rest = {k: v for k, v in kwargs.items() if k != "generation_config"}
     try:
-        resolved, _ = prepare(kwargs.get("generation_config"), **rest)
+        resolved, _ = prepare(passed, **extra)
     except Exception:  # noqa: BLE001 - e.g. a legacy config; generate raises it itself
         return None
     return resolved
@@ -269,6 +315,15 @@ def _patch_generation() -> None:
         )
     _GENERATION_ORIGINAL["generate"] = upstream
     GenerationMixin.generate = _generation_dispatcher(upstream)
+
+
+def install_generate_checks() -> None:
+    """Wrap ``GenerationMixin.generate`` with a DeltaLog cache's checks (idempotent; calls with any other cache, or
+    none, are handed to upstream unchanged). Called when ``hf_deltalog.cache`` is imported, as well as by
+    :func:`patch`: in ``model.generate(..., cache=DeltaLogCache(model))`` Python looks ``model.generate`` up before
+    it builds the cache, so binding it only when a cache is built would leave that first call unchecked."""
+    with _LOCK:
+        _patch_generation()
 
 
 def patch(model_types: str | list[str] | None = None) -> list[str]:
@@ -322,7 +377,9 @@ def unpatch() -> None:
     """Restore every upstream function that :func:`patch` replaced. Idempotent.
 
     A :class:`~hf_deltalog.DeltaLogCache` built afterwards patches again; one built before cannot be used for decoding
-    until then (its state reaches the upstream recurrence, which raises a RuntimeError saying so).
+    until then (its state reaches the upstream recurrence, which raises a RuntimeError saying so). ``generate``'s checks
+    come back with :func:`patch` too: call it (or build the cache in a statement of its own) before
+    ``model.generate(..., cache=DeltaLogCache(model))``, whose ``model.generate`` is looked up before the cache is built.
     """
     from hf_deltalog.patches.fla import unpatch_fla
 
