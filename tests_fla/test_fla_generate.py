@@ -8,7 +8,7 @@ import pytest
 import torch
 from fla.models.utils import Cache
 from helpers import FAMILIES, PAD, generate_ours, generate_ref, max_abs, max_logit_diff, prompt_ids, tiny_model
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
 
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.fla_cache import FLADeltaLogCache, FLADeltaLogLayer
@@ -202,22 +202,25 @@ def test_beam_search_cache_and_expanded_continuation_are_refused(family):
     assert torch.equal(second.sequences, ref.sequences)
 
 
-class _InterruptAt(StoppingCriteria):
-    """Raises KeyboardInterrupt at its ``at``-th call, as Ctrl-C between two decode steps would."""
+class _InterruptingStreamer(BaseStreamer):
+    """A streamer whose third ``put`` (the prompt, then one per generated token) raises KeyboardInterrupt, as Ctrl-C
+    in a streaming loop would."""
 
-    def __init__(self, at: int):
-        self.at, self.calls = at, 0
+    def __init__(self):
+        self.puts = 0
 
-    def __call__(self, input_ids, scores, **kwargs):
-        self.calls += 1
-        if self.calls == self.at:
+    def put(self, value):
+        self.puts += 1
+        if self.puts == 3:
             raise KeyboardInterrupt
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def end(self):
+        pass
 
 
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
 def test_a_generate_stopped_between_steps_is_not_continued_silently(family):
-    """A generate stopped between two decode steps (Ctrl-C, a streamer or a stopping criterion raising) leaves the
+    """A generate stopped between two decode steps (here a streamer raising, as Ctrl-C would) leaves the
     layers consistent but never returns the ids the cache consumed: the next generate with an unrelated, longer
     prompt decoded from the old state, silently (found by a breaker review of transformers' models; FLA's own Cache
     does the same). It is refused until reset(), and after reset() the cache matches FLA's."""
@@ -225,7 +228,7 @@ def test_a_generate_stopped_between_steps_is_not_continued_silently(family):
     cache = DeltaLogCache(model, merge_interval=2)
     with pytest.raises(KeyboardInterrupt):
         generate_ours(model, prompt_ids(1, 4, seed=8), cache, max_new_tokens=6, do_sample=False,
-                      stopping_criteria=StoppingCriteriaList([_InterruptAt(3)]))
+                      streamer=_InterruptingStreamer())
     held = cache.get_seq_length()
     assert held > 4
     other = prompt_ids(1, held + 3, seed=9)
