@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GraphDecoder", "GraphGenerateOutput", "graph_generate", "max_cache_len_of"]
+__all__ = ["GraphDecoder", "GraphGenerateOutput", "check_greedy_generation_config", "graph_generate", "max_cache_len_of"]
 
 
 def _top2_margin(logits: torch.Tensor) -> torch.Tensor:
@@ -356,9 +356,12 @@ def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         :class:`GraphGenerateOutput`.
 
     Raises:
-        ValueError: see :class:`GraphDecoder` and :meth:`GraphDecoder.prefill`.
+        ValueError: ``model.generation_config`` sets an option that ``generate(do_sample=False)`` would apply and this
+            loop does not (:func:`check_greedy_generation_config`); see also :class:`GraphDecoder` and
+            :meth:`GraphDecoder.prefill`.
     """
     config = model.generation_config
+    check_greedy_generation_config(config)
     if isinstance(eos_token_id, str) and eos_token_id == "config":
         eos_token_id = config.eos_token_id
     eos = _token_ids(eos_token_id, "eos_token_id")
@@ -380,6 +383,43 @@ def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
             timer.lap()
     return GraphGenerateOutput(sequences=dec.sequences(steps), step_ms=timer.laps_ms() if timer else [],
                                captured=dec.captured)
+
+
+# generate options that change greedy tokens (logits processors, stopping criteria, search strategies), each with the
+# values that leave them off; graph_generate applies none of them
+_GREEDY_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "repetition_penalty": (1.0,), "encoder_repetition_penalty": (1.0,), "no_repeat_ngram_size": (0,),
+    "encoder_no_repeat_ngram_size": (0,), "bad_words_ids": (), "min_length": (0,), "min_new_tokens": (0,),
+    "sequence_bias": (), "suppress_tokens": (), "begin_suppress_tokens": (), "forced_bos_token_id": (),
+    "forced_eos_token_id": (), "exponential_decay_length_penalty": (), "guidance_scale": (1.0,),
+    "watermarking_config": (), "stop_strings": (), "max_time": (), "num_beams": (1,), "num_beam_groups": (1,),
+    "diversity_penalty": (0.0,), "force_words_ids": (), "constraints": (), "dola_layers": (), "token_healing": (False,),
+    "prompt_lookup_num_tokens": (),
+}
+
+
+def check_greedy_generation_config(config: Any) -> None:
+    """Raise ValueError when ``config`` (a model's ``generation_config``) sets an option that
+    ``model.generate(..., do_sample=False)`` would apply and :func:`graph_generate` does not: a logits processor
+    (``repetition_penalty``, ``no_repeat_ngram_size``, ``min_new_tokens``, ``bad_words_ids``, ``suppress_tokens``, ...),
+    a stopping criterion (``stop_strings``, ``max_time``) or another search (``num_beams`` > 1, ...). The loop takes
+    the argmax of the raw logits, so with any of these its tokens would silently differ from ``generate``'s. Sampling
+    options (``do_sample``, ``temperature``, ``top_k``, ...) are not checked: the loop is greedy by definition, as
+    ``generate(do_sample=False)`` is."""
+    if config is None:
+        return
+    active = []
+    for name, neutral in _GREEDY_NEUTRAL.items():
+        value = getattr(config, name, None)
+        if value is None or value in neutral or (isinstance(value, (list, tuple, dict, set)) and not value):
+            continue
+        active.append(f"{name}={value!r}")
+    if active:
+        raise ValueError(
+            f"graph_generate decodes greedily from the raw logits, but model.generation_config sets {', '.join(active)}, "
+            "which model.generate would apply: its tokens would differ silently. Unset them on the model's "
+            "generation_config (e.g. model.generation_config.repetition_penalty = None) or use model.generate"
+        )
 
 
 class StepTimer:

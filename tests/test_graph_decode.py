@@ -415,3 +415,33 @@ def test_eos_token_id_as_a_tensor_is_accepted():
         out = graph_generate(model, ids, cache=make_cache("deltalog", model, 32), max_new_tokens=6, capture=False,
                              eos_token_id=eos, pad_token_id=pad).sequences
         assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("option, value", [("repetition_penalty", 1.5), ("no_repeat_ngram_size", 2),
+                                           ("min_new_tokens", 8), ("bad_words_ids", "first"), ("num_beams", 2),
+                                           ("suppress_tokens", "first")])
+def test_graph_generate_refuses_generation_config_options_it_does_not_apply(option, value):
+    """graph_generate is greedy from the raw logits and read only eos / pad from model.generation_config: a checkpoint
+    whose generation_config sets a logits processor (a repetition_penalty, min_new_tokens, ...) or beams got tokens
+    that differed silently from model.generate's (found by a breaker review). Refused, naming the option; with the
+    option at its neutral value or unset the loop gives generate's tokens again."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))  # tiny_model is cached: its generation_config is changed here
+    ids, mask = padded_prompt()
+    if value == "first":  # ban the first token greedy decoding picks in row 0
+        first = int(model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False)[0, -1])
+        value = [[first]] if option == "bad_words_ids" else [first]
+    setattr(model.generation_config, option, value)
+    with torch.no_grad():
+        assert not torch.equal(model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False),
+                               model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                                              **{option: None if option != "num_beams" else 1}))
+    cache = make_cache("deltalog", model, 7 + 12)
+    with pytest.raises(ValueError, match=rf"decodes greedily from the raw logits, but model.generation_config sets "
+                                         rf"{option}="):
+        graph_generate(model, ids, mask, cache=cache, max_new_tokens=12, capture=False)
+    assert int(cache.get_seq_length()) == 0
+    neutral = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0, "num_beams": 1}
+    setattr(model.generation_config, option, neutral.get(option))
+    out = graph_generate(model, ids, mask, cache=cache, max_new_tokens=12, capture=False)
+    with torch.no_grad():
+        assert torch.equal(out.sequences, model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False))

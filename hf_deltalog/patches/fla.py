@@ -201,7 +201,10 @@ def unpatch_fla() -> None:
     """Restore every FLA function :func:`patch_fla` replaced. Idempotent.
 
     A cache built before cannot decode until :func:`patch_fla` runs again (its handle reaches FLA's kernel, which
-    fails; the handle's ``.to``/``.device`` access names the cause).
+    fails; the handle's ``.to``/``.device`` access names the cause). After :func:`hf_deltalog.unpatch`, which also
+    removes the ``generate`` wrapper that hands the cache to FLA's models, ``model.generate(..., past_key_values=cache)``
+    fails before that, with transformers' ``ValueError`` "The following `model_kwargs` are not used by the model:
+    ['cache']"; :func:`hf_deltalog.patch` restores both.
     """
     with _LOCK:
         for model_type, originals in list(_ORIGINALS.items()):

@@ -380,6 +380,8 @@ def unpatch() -> None:
     until then (its state reaches the upstream recurrence, which raises a RuntimeError saying so). ``generate``'s checks
     come back with :func:`patch` too: call it (or build the cache in a statement of its own) before
     ``model.generate(..., cache=DeltaLogCache(model))``, whose ``model.generate`` is looked up before the cache is built.
+    An FLA model's ``generate`` with such a cache fails before it decodes, with transformers' ``ValueError`` naming
+    ``cache`` as an unused model kwarg: the ``generate`` wrapper handed the cache to FLA's models.
     """
     from hf_deltalog.patches.fla import unpatch_fla
 
