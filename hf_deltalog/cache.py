@@ -1490,8 +1490,9 @@ class DeltaLogCache(DynamicCache):
         slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the held and ``tokens`` new
         prompt tokens (ids or ``inputs_embeds``) and ``max_new_tokens − 1`` generated ones (the last generated token
         is never fed). ``max_new_tokens`` is what generate resolves (an explicit ``max_length`` or the capped default
-        counted in; see ``hf_deltalog.patches.registry._new_tokens``). Nothing to check outside static mode, without a
-        prompt, or when the call generates nothing (generate says so itself)."""
+        counted in; see ``hf_deltalog.patches.registry._new_tokens``; a call without ids or embeddings starts from one
+        BOS token, ``tokens`` = 1). Nothing to check outside static mode, when ``tokens`` is None, or when the call
+        generates nothing (generate says so itself)."""
         if not self.static or tokens is None or max_new_tokens is None or max_new_tokens < 1:
             return
         held = int(self.get_seq_length())

@@ -361,10 +361,11 @@ def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
             :meth:`GraphDecoder.prefill`.
     """
     config = model.generation_config
-    check_greedy_generation_config(config)
     if isinstance(eos_token_id, str) and eos_token_id == "config":
         eos_token_id = config.eos_token_id
     eos = _token_ids(eos_token_id, "eos_token_id")
+    check_greedy_generation_config(config, prompt_length=input_ids.shape[-1] if hasattr(input_ids, "shape") else None,
+                                   eos=bool(eos))
     if isinstance(pad_token_id, str) and pad_token_id == "config":
         pad_token_id = config.pad_token_id
         if pad_token_id is None and eos:
@@ -398,20 +399,31 @@ _GREEDY_NEUTRAL: dict[str, tuple[Any, ...]] = {
 }
 
 
-def check_greedy_generation_config(config: Any) -> None:
+def check_greedy_generation_config(config: Any, prompt_length: int | None = None, eos: bool = True) -> None:
     """Raise ValueError when ``config`` (a model's ``generation_config``) sets an option that
     ``model.generate(..., do_sample=False)`` would apply and :func:`graph_generate` does not: a logits processor
     (``repetition_penalty``, ``no_repeat_ngram_size``, ``min_new_tokens``, ``bad_words_ids``, ``suppress_tokens``, ...),
     a stopping criterion (``stop_strings``, ``max_time``) or another search (``num_beams`` > 1, ...). The loop takes
     the argmax of the raw logits, so with any of these its tokens would silently differ from ``generate``'s. Sampling
     options (``do_sample``, ``temperature``, ``top_k``, ...) are not checked: the loop is greedy by definition, as
-    ``generate(do_sample=False)`` is."""
+    ``generate(do_sample=False)`` is.
+
+    Options that cannot act on this call pass: ``min_length`` up to ``prompt_length`` (the ids' length, padding
+    included: transformers' ``MinLengthLogitsProcessor`` acts only on shorter ids), ``forced_bos_token_id`` after a
+    prompt longer than one token (``ForcedBOSTokenLogitsProcessor`` acts only on one), and ``min_length`` /
+    ``min_new_tokens`` when the call decodes without EOS ids (``eos`` False: generate builds neither processor)."""
     if config is None:
         return
     active = []
     for name, neutral in _GREEDY_NEUTRAL.items():
         value = getattr(config, name, None)
         if value is None or value in neutral or (isinstance(value, (list, tuple, dict, set)) and not value):
+            continue
+        if name in ("min_length", "min_new_tokens") and not eos:
+            continue
+        if prompt_length is not None and (
+                (name == "min_length" and isinstance(value, int) and value <= prompt_length)
+                or (name == "forced_bos_token_id" and prompt_length > 1)):
             continue
         active.append(f"{name}={value!r}")
     if active:

@@ -265,6 +265,32 @@ def test_static_room_check_counts_inputs_embeds(length_kw):
         assert out.shape[1] == 10 and torch.equal(out, model.generate(inputs_embeds=embeds, **kw))
 
 
+def test_static_room_check_counts_the_bos_token_of_a_call_without_a_prompt():
+    """generate without ids or embeddings starts from one BOS token per row; the room check skipped such calls, so a
+    static cache too small failed with an IndexError mid-decode and was left holding tokens (found by a breaker
+    review). Counted as a prompt of one token now; a cache that fits gives the default cache's tokens."""
+    model = tiny_model("qwen3_5")
+    kw = dict(max_new_tokens=6, do_sample=False, eos_token_id=None)
+    small = DeltaLogCache(model, static=True, max_cache_len=5)
+    with pytest.raises(ValueError, match=r"feeds it up to 6 \(a prompt of 1 and 6 new tokens"):
+        model.generate(cache=small, **kw)
+    assert int(small.get_seq_length()) == 0
+    with torch.no_grad():
+        out = model.generate(cache=DeltaLogCache(model, static=True, max_cache_len=6), **kw)
+        assert out.shape == (1, 7) and torch.equal(out, model.generate(**kw))
+
+
+def test_use_cache_false_with_inputs_embeds_is_not_refused():
+    """A decoder-only generate given inputs_embeds sets use_cache=True itself, so use_cache=False there feeds nothing
+    twice; the use_cache=False refusal refused it anyway (found by a breaker review). It runs and gives the default
+    cache's tokens."""
+    model = tiny_model("qwen3_5")
+    embeds = model.get_input_embeddings()(prompt_ids(2, 5, seed=3)).detach()
+    kw = dict(inputs_embeds=embeds, max_new_tokens=6, do_sample=False, eos_token_id=None, use_cache=False)
+    with torch.no_grad():
+        assert torch.equal(model.generate(cache=DeltaLogCache(model), **kw), model.generate(**kw))
+
+
 @pytest.mark.parametrize("positional", [False, True], ids=["keyword", "positional"])
 def test_a_positional_generation_config_is_checked_like_a_keyword_one(positional):
     """generate(ids, config, cache=...) is valid transformers usage, but the checks read only a generation_config

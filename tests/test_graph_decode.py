@@ -445,3 +445,24 @@ def test_graph_generate_refuses_generation_config_options_it_does_not_apply(opti
     out = graph_generate(model, ids, mask, cache=cache, max_new_tokens=12, capture=False)
     with torch.no_grad():
         assert torch.equal(out.sequences, model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False))
+
+
+@pytest.mark.parametrize("option, value, eos_token_id", [("min_length", 7, "config"), ("forced_bos_token_id", 5, "config"),
+                                                         ("min_new_tokens", 8, None), ("min_length", 12, None)])
+def test_graph_generate_accepts_generation_config_options_that_cannot_act(option, value, eos_token_id):
+    """Options that generate(do_sample=False) would not apply to this call are accepted (a review found them refused):
+    min_length up to the prompt's length (7 here), forced_bos_token_id after a prompt of more than one token, and
+    min_length / min_new_tokens when the call decodes without EOS ids. Tokens equal generate's."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))  # tiny_model is cached: its generation_config is changed here
+    ids, mask = padded_prompt()
+    setattr(model.generation_config, option, value)
+    out = graph_generate(model, ids, mask, cache=make_cache("deltalog", model, 7 + 12), max_new_tokens=12,
+                         capture=False, eos_token_id=eos_token_id)
+    gen_eos = {} if eos_token_id == "config" else dict(eos_token_id=None)
+    with torch.no_grad():
+        assert torch.equal(out.sequences, model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                                                         **gen_eos))
+    setattr(model.generation_config, "min_length", 8)  # one more than the prompt: acts, refused (with EOS ids)
+    with pytest.raises(ValueError, match="min_length=8"):
+        graph_generate(model, ids, mask, cache=make_cache("deltalog", model, 7 + 12), max_new_tokens=12,
+                       capture=False)

@@ -221,7 +221,11 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
             config = passed or self.generation_config
             return getattr(config, name, default) if value is None else value
 
-        use_cache = option("use_cache", True)
+        embeds = extra.get("inputs_embeds")
+        # a decoder-only generate given inputs_embeds sets use_cache=True itself (it could not tell the first step
+        # from the next ones otherwise)
+        forced_cache = embeds is not None and not getattr(self.config, "is_encoder_decoder", False)
+        use_cache = True if forced_cache else option("use_cache", True)
         if use_cache is False:
             # transformers then re-feeds the whole sequence at every step, into the cache it was given: the
             # recurrent state would consume every token again (so would a DynamicCache's)
@@ -238,10 +242,11 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         cache._before_generate(ids, attention_mask, expand=expand)
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
         if check_room is not None:
-            embeds = extra.get("inputs_embeds")
             fed = embeds if isinstance(embeds, torch.Tensor) and embeds.dim() >= 2 else ids
             fed_tokens = None if fed is None else int(fed.shape[1])
             ids_tokens = int(ids.shape[1]) if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else 0
+            if ids is None and embeds is None:  # generate starts from one BOS token per row
+                fed_tokens = ids_tokens = 1
             new_tokens = _new_tokens(self, option, passed, extra, fed_tokens, ids_tokens)
             check_room(fed_tokens, attention_mask, new_tokens)
         held = int(cache.get_seq_length())
