@@ -462,7 +462,7 @@ def test_graph_generate_accepts_generation_config_options_that_cannot_act(option
     with torch.no_grad():
         assert torch.equal(out.sequences, model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
                                                          **gen_eos))
-    setattr(model.generation_config, "min_length", 8)  # one more than the prompt: acts, refused (with EOS ids)
+    model.generation_config.min_length = 8  # one more than the prompt: acts, refused (with EOS ids)
     with pytest.raises(ValueError, match="min_length=8"):
         graph_generate(model, ids, mask, cache=make_cache("deltalog", model, 7 + 12), max_new_tokens=12,
                        capture=False)
