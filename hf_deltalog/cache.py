@@ -26,6 +26,7 @@ device, so one captured CUDA graph (:mod:`hf_deltalog.graph`) serves every step.
 
 from __future__ import annotations
 
+import numbers
 import operator
 import sys
 import warnings
@@ -957,10 +958,10 @@ class DeltaLogCache(DynamicCache):
     Raises:
         TypeError: not a model/config, a non-integer ``merge_interval``, a non-bool ``static`` or ``crop_ring``, a
             ``stagger_merges`` other than True or False.
-        ValueError: a model without a supported linear-attention layer, ``merge_interval < 1``, an unknown backend,
-            static mode without a positive ``max_cache_len`` or on a config without attention layers, ``max_cache_len``
-            without static mode, ``static``,
-            ``max_cache_len`` or ``crop_ring`` for an FLA model.
+        ValueError: a model without a supported linear-attention layer, ``merge_interval`` outside [1, 1024], an
+            unknown backend, static mode without a positive integer ``max_cache_len`` (a numpy integer is taken) or on
+            a config without attention layers, ``max_cache_len`` without static mode, ``static``, ``max_cache_len``
+            or ``crop_ring`` for an FLA model.
     """
 
     def __new__(cls, model_or_config: Any = None, *args: Any, **kwargs: Any):
@@ -1013,9 +1014,10 @@ class DeltaLogCache(DynamicCache):
         self.model_type = spec.model_type
         self.static = static
         if self.static:
-            if isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int) or max_cache_len < 1:
+            if isinstance(max_cache_len, bool) or not isinstance(max_cache_len, numbers.Integral) or max_cache_len < 1:
                 raise ValueError(f"static=True needs max_cache_len, a positive int (prompt + new tokens); got "
                                  f"{max_cache_len!r}")
+            max_cache_len = int(max_cache_len)  # a numpy integer too, as merge_interval takes
             if all(kind == "linear_attention" for kind in layer_types):
                 raise ValueError("static=True needs a config with attention layers (their static KV cache sets the "
                                  "positions); this config has only linear-attention layers")
@@ -1342,7 +1344,8 @@ class DeltaLogCache(DynamicCache):
         ``crop(0)`` changes nothing (transformers' own ``crop(0)`` trims recorded sliding-window keys).
 
         Raises:
-            ValueError: a positive count (transformers' convention is a negative number of tokens to remove), tokens
+            ValueError: a positive count (transformers' convention is a negative number of tokens to remove), a cache
+                with neither ``crop_ring=True`` nor past recording (nothing to rebuild the conv windows from), tokens
                 older than some layer's log window, or tokens a sliding-window attention layer can no longer restore
                 (see :func:`check_sliding_window_crop`).
             TypeError: a non-integer count, or a sliding-window layer of a class the check does not know.

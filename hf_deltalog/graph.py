@@ -112,7 +112,8 @@ class GraphDecoder:
         capture: ``True`` captures a CUDA graph (needs CUDA), ``False`` runs the same step eagerly, ``"auto"``
             captures when the model is on a CUDA device and the cache has no sliding-window attention layer (which
             cannot be captured; see Raises).
-        warmup_steps: eager steps before the capture (compile Triton kernels, initialise cuBLAS workspaces).
+        warmup_steps: eager steps before the capture (compile Triton kernels, initialise cuBLAS workspaces); at
+            least 1 when the step is captured (a smaller value is raised to 1).
         eos_token_id: int or list of ints; rows that produced one emit ``pad_token_id`` from then on.
         pad_token_id: required with ``eos_token_id``.
         record_margins: also keep, for every row and generated token, the gap between its largest and second largest

@@ -176,6 +176,20 @@ def test_generate_refuses_a_cache_with_use_cache_false():
     assert cache.get_seq_length() == 0 and cache.deltalog_layers[0].base is None
 
 
+def test_static_max_cache_len_takes_a_numpy_integer():
+    """max_cache_len, like merge_interval, takes a numpy integer (a review found np.int64(64) refused as 'not a positive
+    int'); a bool, a float or a non-positive value is still refused."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, static=True, max_cache_len=np.int64(16), merge_interval=np.int64(3))
+    assert cache.max_cache_len == 16 and type(cache.max_cache_len) is int
+    ids, kw = prompt_ids(2, 6, seed=3), dict(max_new_tokens=4, do_sample=False, eos_token_id=None)
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, cache=cache, **kw), model.generate(ids, **kw))
+    for bad in (True, 16.0, np.int64(0), -3):
+        with pytest.raises(ValueError, match="static=True needs max_cache_len, a positive int"):
+            DeltaLogCache(model, static=True, max_cache_len=bad)
+
+
 def test_static_generate_refuses_more_tokens_than_max_cache_len():
     """Static mode: a generate call whose prompt and new tokens need more attention slots than max_cache_len is
     refused before the cache is touched (it failed with an IndexError inside the attention layer); a call that
