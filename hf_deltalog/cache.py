@@ -1434,23 +1434,24 @@ class DeltaLogCache(DynamicCache):
             self._ledger = self._ledger[indices.to(self._ledger.device)]
 
     def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
-                         expand: int = 1) -> None:
+                         expand: int = 1) -> int:
         """Called (through the patch) when ``generate`` starts on this cache with the ids it was given.
 
         A cache that already holds tokens can only be continued: the same rows, one sequence per row (``expand``, the
         call's larger of ``num_beams`` and ``num_return_sequences``, must be 1), not after a beam search, and either
         the whole conversation (ids that start with the tokens the cache consumed, checked when the cache last
         advanced through ``generate``) or only the new tokens with an attention mask over cached and new ones.
-        Otherwise: ValueError, before anything changes.
+        Otherwise: ValueError, before anything changes. Returns the number of tokens held (read once per call: the
+        generate wrapper passes it on to :meth:`_check_room` and :func:`note_stopped_generate`).
         """
         self._status.check()
         held = int(self.get_seq_length())  # a device tensor for static attention layers (read before generate runs)
         self._check_consistent(held)
         if held == 0:
-            return
+            return held
         _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate)
         if input_ids is None:
-            return
+            return held
         only_new = attention_mask is not None and attention_mask.shape[1] == held + input_ids.shape[1]
         if not self._has_attention() and not only_new:
             raise ValueError(
@@ -1460,6 +1461,7 @@ class DeltaLogCache(DynamicCache):
                 f"with an attention mask over the {held} cached and the new ones"
             )
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
+        return held
 
     def _check_consistent(self, held: int, host_only: bool = False) -> None:
         """Raise ValueError when the layers disagree with one another or with ``held`` (what the cache reports, and
@@ -1487,18 +1489,17 @@ class DeltaLogCache(DynamicCache):
                            {layer.batch_size for layer in self.deltalog_layers if layer.base is not None},
                            interrupted)
 
-    def _check_room(self, tokens: int | None, attention_mask: torch.Tensor | None,
+    def _check_room(self, held: int, tokens: int | None, attention_mask: torch.Tensor | None,
                     max_new_tokens: int | None) -> None:
         """Called (through the patch) when ``generate`` starts: in static mode, raise ValueError when the attention
-        slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the held and ``tokens`` new
-        prompt tokens (ids or ``inputs_embeds``) and ``max_new_tokens − 1`` generated ones (the last generated token
-        is never fed). ``max_new_tokens`` is what generate resolves (an explicit ``max_length`` or the capped default
+        slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the ``held`` ones (as
+        :meth:`_before_generate` read them), ``tokens`` new prompt tokens (ids or ``inputs_embeds``) and
+        ``max_new_tokens − 1`` generated ones (the last generated token is never fed). ``max_new_tokens`` is what generate resolves (an explicit ``max_length`` or the capped default
         counted in; see ``hf_deltalog.patches.registry._new_tokens``; a call without ids or embeddings starts from one
         BOS token, ``tokens`` = 1). Nothing to check outside static mode, when ``tokens`` is None, or when the call
         generates nothing (generate says so itself)."""
         if not self.static or tokens is None or max_new_tokens is None or max_new_tokens < 1:
             return
-        held = int(self.get_seq_length())
         only_new = held > 0 and attention_mask is not None and attention_mask.shape[1] != tokens
         need = (held + tokens if only_new else tokens) + int(max_new_tokens) - 1
         if need > self.max_cache_len:

@@ -804,19 +804,21 @@ class FLADeltaLogCache(FLACache):
             )
 
     def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
-                         expand: int = 1) -> None:
+                         expand: int = 1) -> int:
         """A cache that holds tokens can only be continued: the same rows, one sequence per row, not after a beam
         search, and either the whole conversation (ids that start with the tokens the cache consumed) or only the new
-        tokens with a mask over cached and new ones (as :meth:`DeltaLogCache._before_generate`)."""
+        tokens with a mask over cached and new ones (as :meth:`DeltaLogCache._before_generate`). Returns the number of
+        tokens held."""
         self._shared.status.check()
         held = self.get_seq_length()
         self._check_layers_agree(held)
         if held == 0:
-            return
+            return held
         _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate)
         if input_ids is None:
-            return
+            return held
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
+        return held
 
     def _generate_through(self, upstream: Callable, model: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``GenerationMixin.generate`` (``upstream``) on an FLA model with this cache, inside

@@ -239,7 +239,7 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         attention_mask = extra.get("attention_mask")
         num_beams = int(option("num_beams", 1) or 1)
         expand = max(num_beams, int(option("num_return_sequences", 1) or 1))
-        cache._before_generate(ids, attention_mask, expand=expand)
+        held = int(cache._before_generate(ids, attention_mask, expand=expand))
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
         if check_room is not None:
             fed = embeds if isinstance(embeds, torch.Tensor) and embeds.dim() >= 2 else ids
@@ -248,8 +248,7 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
             if ids is None and embeds is None:  # generate starts from one BOS token per row
                 fed_tokens = ids_tokens = 1
             new_tokens = _new_tokens(self, option, passed, extra, fed_tokens, ids_tokens)
-            check_room(fed_tokens, attention_mask, new_tokens)
-        held = int(cache.get_seq_length())
+            check_room(held, fed_tokens, attention_mask, new_tokens)
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
         try:
             out = run(upstream, self, *args, **kwargs) if run else upstream(self, *args, **kwargs)
