@@ -137,7 +137,8 @@ class _Status:
         """The decode-step counter of ``device`` (created at 0 on first use) and whether ``layer_idx`` advances it."""
         if device not in self.step_counters:
             counter = torch.zeros((), dtype=torch.int64, device=device)
-            torch._dynamo.mark_static_address(counter)
+            if not torch.compiler.is_compiling():  # dynamo refuses the call inside a traced forward (a compiled prefill)
+                torch._dynamo.mark_static_address(counter)
             self.step_counters[device] = (counter, layer_idx)
         counter, owner = self.step_counters[device]
         return counter, owner == layer_idx
@@ -263,9 +264,13 @@ class DeltaLogLayer(LinearAttentionLayer):
             four positive ints with ``HV`` a multiple of ``Hk``.
     """
 
-    # Dynamic mode: the small-batch dense path rebinds the base to the tensor FLA returns and decode steps advance
-    # host counters, so it is not safe for torch.compile / CUDA graphs. Static mode (an instance attribute) is.
-    is_compileable = False
+    @property
+    def is_compileable(self) -> bool:
+        """Whether the layer is safe for torch.compile / CUDA graphs: static mode without past recording. Dynamic mode
+        is not (the small-batch dense path rebinds the base to the tensor FLA returns, and decode steps advance host
+        counters); nor is past recording (``activate_past_recording()``: the conv states grow and are assigned anew at
+        every step, as in transformers' linear-attention layer, so a captured graph would read a stale window)."""
+        return self.static and not self.record_past
 
     def __init__(self, spec: FamilySpec, dims: tuple[int, int, int, int], merge_interval: int, backend: str,
                  layer_idx: int, number_of_states: int = 1, status: _Status | None = None,
@@ -281,7 +286,6 @@ class DeltaLogLayer(LinearAttentionLayer):
             raise ValueError(f"dims must be (Hk, HV, K, V), positive ints with HV a multiple of Hk; got {dims!r}")
         super().__init__(number_of_states=number_of_states)
         self.static = static
-        self.is_compileable = static
         self.crop_ring = crop_ring
         self.stagger_merges = check_stagger_merges(stagger_merges)
         self.staggered = False  # whether the log's last restart staggered the rows (restart_log's answer)
@@ -388,8 +392,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.backend == "triton":
             self.workspace = _triton_kernels(self.spec.operator)[1](batch, Hk, HV, K, C, device)  # kernel scratch
             self._names += ("workspace",)
-        for t in self._tensors().values():
-            torch._dynamo.mark_static_address(t)
+        if not torch.compiler.is_compiling():  # as transformers' layers: dynamo refuses it inside a traced forward
+            for t in self._tensors().values():
+                torch._dynamo.mark_static_address(t)
         self.is_recurrent_states_initialized[0] = True
         self.device = device
 
@@ -1273,13 +1278,14 @@ class DeltaLogCache(DynamicCache):
 
         This is the model's call at the start of a layer's step (every supported family reads its conv window and
         then this, before it updates the window in place): the layer counts as inside a forward until it stores its
-        recurrent state, and a forward stopped in between is refused at the next ``generate`` or forward. In dynamic
-        mode a call from user code (not from a module's forward) is only a read. To inspect the state use
-        :meth:`materialize`."""
+        recurrent state, and a forward stopped in between is refused at the next ``generate`` or forward. A call from
+        user code (not from a module's forward) is only a read. To inspect the state use :meth:`materialize`."""
         layer = self._require_linear(layer_idx)
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
-        if self.static or _called_by_a_module(layer_idx):  # dynamic mode: a read from user code is only a read
+        # A read from user code (not a module's forward) is only a read. Under torch.compile the caller's frame is not
+        # inspected (a traced forward is the model's own step).
+        if torch.compiler.is_compiling() or _called_by_a_module(layer_idx):
             self._begin_layer_step(layer_idx, "get_recurrent_state")
             layer._in_step = True
         return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None

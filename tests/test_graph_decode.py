@@ -466,3 +466,51 @@ def test_graph_generate_accepts_generation_config_options_that_cannot_act(option
     with pytest.raises(ValueError, match="min_length=8"):
         graph_generate(model, ids, mask, cache=make_cache("deltalog", model, 7 + 12), max_new_tokens=12,
                        capture=False)
+
+
+def test_past_recording_makes_a_static_cache_not_compileable():
+    """Past recording grows the conv states and assigns them anew at every step (transformers' linear-attention layer
+    reports is_compileable=False then): a captured graph would replay a stale conv window, so the static cache must say
+    it is not compileable and the captured loop must refuse it, as it refuses transformers' StaticCache."""
+    model = tiny_model("qwen3_5")
+    for cache in (DeltaLogCache(model, static=True, max_cache_len=16),
+                  transformers.StaticCache(config=model.config, max_cache_len=16)):
+        assert cache.is_compileable
+        cache.activate_past_recording()
+        assert not cache.is_compileable
+        with pytest.raises(ValueError, match="needs a static cache"):
+            GraphDecoder(model, cache, capture=False)
+
+
+def test_reading_a_static_cache_from_user_code_is_only_a_read():
+    """get_recurrent_state called between turns (or before the prefill) is a read in static mode too: it does not mark
+    the layer as inside a step, so the next generate neither refuses the cache nor changes its tokens."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, static=True, max_cache_len=24, merge_interval=3)
+    assert cache.get_recurrent_state(0) is None  # before the prefill
+    with torch.no_grad():
+        first = model.generate(ids, cache=cache, max_new_tokens=5, do_sample=False)
+        state = cache.get_recurrent_state(0)  # between turns
+        assert state is not None
+        turn = torch.cat([first, prompt_ids(2, 2, seed=3)], 1)
+        out = model.generate(turn, cache=cache, max_new_tokens=5, do_sample=False)
+        ref = model.generate(turn, max_new_tokens=5, do_sample=False)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_generate_through_a_compiled_forward(static):
+    """The usual recipe ``model.forward = torch.compile(model.forward)``: dynamo traces the prefill too, where the cache
+    allocates its buffers (``mark_static_address`` is not callable inside a traced function; transformers' layers skip
+    it there, and so does this cache). backend="eager": dynamo's tracing without a C++ compiler."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))
+    ids = prompt_ids(2, 6)
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
+        torch._dynamo.reset()
+        model.forward = torch.compile(model.forward, backend="eager")
+        cache = DeltaLogCache(model, merge_interval=3, **(dict(static=True, max_cache_len=16) if static else {}))
+        out = model.generate(ids, cache=cache, max_new_tokens=8, do_sample=False)
+    torch._dynamo.reset()
+    assert torch.equal(out, ref)
