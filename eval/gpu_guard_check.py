@@ -23,6 +23,11 @@ line per case and writes them all to ``--out``:
   position; continuing its cache is refused (``ValueError``: the rows are beams).
 - ``static_stop_between_layers`` (Qwen3.5 only): a static cache's decode step stopped before a linear layer
   (``disable_compile=True``: on a GPU transformers compiles a static cache's decode step, where a hook cannot stop it).
+- ``past_recording_static`` (Qwen3.5 only): a static cache after ``activate_past_recording()`` is not compileable,
+  so ``graph_generate`` refuses it (``ValueError``) and ``generate`` decodes it uncompiled, with the default cache's
+  tokens.
+- ``compiled_forward`` (Qwen3.5 only): ``model.forward = torch.compile(model.forward)`` (inductor with a static
+  cache, dynamo's eager backend with a dynamic one): the prefill is traced too; tokens identical to the default cache.
 - ``backward_raises`` (transformers' models): a backward through a cached decode step raises ``RuntimeError``.
 - ``manual_step_after_a_stop_between_layers`` (transformers) / ``manual_step_after_a_stop_between_stores`` (FLA; for
   RWKV6 the stop falls between the last block's recurrent store and its FFN's token-shift store): a manual decode
@@ -276,6 +281,36 @@ def transformers_cases(family: str, device) -> list[dict]:
                 turn2, past_key_values=cache, max_new_tokens=2, do_sample=False, pad_token_id=0))
         return dict(ok=refused is None and out.shape[0] == 6, refusal=refused)
 
+    def past_recording_static():
+        from hf_deltalog.graph import graph_generate
+
+        n = 6
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M, static=True, max_cache_len=6 + n)
+        cache.activate_past_recording()
+        refused = _expect(ValueError, "needs a static cache",
+                          lambda: graph_generate(model, ids, cache=cache, max_new_tokens=n, eos_token_id=None))
+        with torch.no_grad():  # generate does not compile a cache that is not compileable: the default cache's tokens
+            out = model.generate(ids, past_key_values=cache, max_new_tokens=n, do_sample=False, eos_token_id=None)
+            ref = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None)
+        same = torch.equal(out, ref)
+        return dict(ok=refused is None and same and not cache.is_compileable, refusal=refused, identical=same)
+
+    def compiled_forward():
+        compiled = copy.deepcopy(model)
+        rows_ = {}
+        with torch.no_grad():
+            ref = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None)
+            for mode, backend, kw in (("static", "inductor", dict(static=True, max_cache_len=14)),
+                                      ("dynamic", "eager", {})):
+                torch._dynamo.reset()
+                compiled.forward = torch.compile(model.forward.__func__.__get__(compiled), backend=backend)
+                cache = DeltaLogCache(compiled, backend="triton", merge_interval=M, **kw)
+                out = compiled.generate(ids, past_key_values=cache, max_new_tokens=8, do_sample=False,
+                                        eos_token_id=None, disable_compile=True)
+                rows_[f"{mode}_{backend}_identical"] = torch.equal(out, ref)
+        torch._dynamo.reset()
+        return dict(ok=all(rows_.values()), **rows_)
+
     def backward_raises():
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)
         model(ids, cache=cache, use_cache=True)
@@ -294,6 +329,8 @@ def transformers_cases(family: str, device) -> list[dict]:
         _ids(2, 1, vocab, device, 6), "cache"))
     if family == "qwen3_5":
         case("static_stop_between_layers", static_stop_between_layers)
+        case("past_recording_static", past_recording_static)
+        case("compiled_forward", compiled_forward)
     case("backward_raises", backward_raises)
     return rows
 
