@@ -28,6 +28,10 @@ line per case and writes them all to ``--out``:
   tokens.
 - ``compiled_forward`` (Qwen3.5 only): ``model.forward = torch.compile(model.forward)`` (inductor with a static
   cache, dynamo's eager backend with a dynamic one): the prefill is traced too; tokens identical to the default cache.
+  Also ``generate``'s own compile of a static cache's decode step (no ``disable_compile``).
+- ``dtype_switch`` (Qwen3.5 only): ``backend="auto"``, a first turn in fp32, then ``model.double()`` and a second
+  turn: the layers plan the PyTorch backend from the model's new dtype (the Triton kernels take no float64); tokens
+  identical to the default cache continued the same way (where that fails on the GPU, the row reports both errors).
 - ``backward_raises`` (transformers' models): a backward through a cached decode step raises ``RuntimeError``.
 - ``manual_step_after_a_stop_between_layers`` (transformers) / ``manual_step_after_a_stop_between_stores`` (FLA; for
   RWKV6 the stop falls between the last block's recurrent store and its FFN's token-shift store): a manual decode
@@ -308,8 +312,34 @@ def transformers_cases(family: str, device) -> list[dict]:
                 out = compiled.generate(ids, past_key_values=cache, max_new_tokens=8, do_sample=False,
                                         eos_token_id=None, disable_compile=True)
                 rows_[f"{mode}_{backend}_identical"] = torch.equal(out, ref)
+            torch._dynamo.reset()  # generate's own compile of a static cache's decode step (no disable_compile)
+            cache = DeltaLogCache(model, backend="triton", merge_interval=M, static=True, max_cache_len=14)
+            out = model.generate(ids, past_key_values=cache, max_new_tokens=8, do_sample=False, eos_token_id=None)
+            rows_["generate_autocompile_identical"] = torch.equal(out, ref)
         torch._dynamo.reset()
         return dict(ok=all(rows_.values()), **rows_)
+
+    def dtype_switch():
+        from transformers import DynamicCache
+
+        results = {}
+        for kind in ("default", "deltalog"):
+            m = copy.deepcopy(model)
+            cache = DynamicCache(config=m.config) if kind == "default" else DeltaLogCache(m, merge_interval=M)
+            try:
+                with torch.no_grad():
+                    first = m.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False)
+                    m.double()
+                    turn2 = torch.cat([first, _ids(2, 2, vocab, device, 5)], 1)
+                    results[kind] = m.generate(turn2, past_key_values=cache, max_new_tokens=3, do_sample=False)
+            except Exception as error:  # noqa: BLE001 - reported: the default cache may fail on a GPU too
+                results[kind] = f"{type(error).__name__}: {str(error)[:160]}"
+            if kind == "deltalog":
+                results["backends"] = sorted({layer.backend for layer in cache.deltalog_layers})
+        a, b = results["default"], results["deltalog"]
+        same = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+        return dict(ok=same or (isinstance(a, str) and isinstance(b, str)), identical=same, backends=results["backends"],
+                    default=a if isinstance(a, str) else "ok", deltalog=b if isinstance(b, str) else "ok")
 
     def backward_raises():
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)
@@ -331,6 +361,7 @@ def transformers_cases(family: str, device) -> list[dict]:
         case("static_stop_between_layers", static_stop_between_layers)
         case("past_recording_static", past_recording_static)
         case("compiled_forward", compiled_forward)
+        case("dtype_switch", dtype_switch)
     case("backward_raises", backward_raises)
     return rows
 

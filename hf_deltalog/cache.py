@@ -316,6 +316,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         # (before it moves the window), cleared when the layer stores its recurrent state. Still set at the next
         # generate or forward means a forward stopped inside the layer, with its conv window already moved.
         self._in_step = False
+        self._act_dtype: torch.dtype | None = None  # dtype of the last conv columns the model passed
 
     # ------------------------------------------------------------------ buffers
     def _tensors(self) -> dict[str, torch.Tensor]:
@@ -445,6 +446,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._in_step = True  # any conv state (qwen4_exp's PLE moves states 2 and 1 before the recurrent state's read)
         if state_idx == 0:
             self._pending += conv_states.shape[-1]
+            # the model's activation dtype: a held conv buffer keeps its own dtype when the model's changes between
+            # turns (transformers copies the new columns into it), so the backend is planned from this one
+            self._act_dtype = conv_states.dtype
         return super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
                                          **kwargs)
 
@@ -475,8 +479,9 @@ class DeltaLogLayer(LinearAttentionLayer):
             )
         batch = recurrent_states.shape[0]
         conv = self.conv_states[0]
-        replan = self.base is not None and conv is not None and \
-            self._resolve_backend(recurrent_states.device, conv.dtype) != self.backend
+        act_dtype = self._act_dtype or (conv.dtype if conv is not None else None)
+        replan = self.base is not None and act_dtype is not None and \
+            self._resolve_backend(recurrent_states.device, act_dtype) != self.backend
         if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device or replan:
             # on the device of the layer that produced the state; planned again when the backend would change (a
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
@@ -512,10 +517,18 @@ class DeltaLogLayer(LinearAttentionLayer):
             self._seen += counter - self._counter_mark
             self._counter_mark = counter
 
+    def _ring_takes(self, dtype: torch.dtype) -> None:
+        """Widen the ring to hold columns of ``dtype`` exactly: with past recording the conv window takes the model's
+        dtype, which may change between turns (a narrower column is widened exactly into the ring instead)."""
+        wide = torch.promote_types(self.conv_ring.dtype, dtype)
+        if wide != self.conv_ring.dtype:
+            self.conv_ring = self.conv_ring.to(wide)
+
     def _seed_conv_ring(self) -> None:
         """Put the current conv window (its last W columns) at ring positions 0..W−1."""
         W = self.conv_kernel_size[0]
         window = self.conv_states[0][..., -W:]  # [B, D, W]; fewer columns when past recording holds a short prompt
+        self._ring_takes(window.dtype)
         self.conv_ring[:, :W].zero_()  # the causal conv's left zero padding
         self.conv_ring[:, W - window.shape[-1]:W].copy_(window.transpose(1, 2))
         self.conv_pos.fill_(W - 1)
@@ -523,9 +536,10 @@ class DeltaLogLayer(LinearAttentionLayer):
     def _record_conv_column(self) -> None:
         """Store the newest pre-conv column (the conv window's last) at ring position ``conv_pos + 1``."""
         column = self.conv_states[0][..., -1]  # [B, D]
+        self._ring_takes(column.dtype)
         self.conv_pos.add_(1)
         slot = (self.conv_pos % self.conv_ring.shape[1])[:, None, None].expand(-1, 1, column.shape[1])
-        self.conv_ring.scatter_(1, slot, column[:, None, :])
+        self.conv_ring.scatter_(1, slot, column[:, None, :].to(self.conv_ring.dtype))
 
     def _check_call(self, spec: FamilySpec, query: torch.Tensor, value: torch.Tensor) -> None:
         if spec.model_type != self.spec.model_type:
@@ -763,7 +777,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         pos = (self.conv_pos[:, None] - (W - 1) + torch.arange(W, device=self.conv_pos.device)[None, :]) % R  # [B, W]
         window = self.conv_ring.gather(1, pos[..., None].expand(-1, -1, self.conv_ring.shape[2])).transpose(1, 2)
         if self.record_past:
-            self.conv_states[0] = window.contiguous()
+            self.conv_states[0] = window.to(self.conv_states[0].dtype).contiguous()
             for i in range(1, self.number_of_states):
                 if self.is_conv_states_initialized[i]:
                     hist = self.conv_states[i]
@@ -852,8 +866,13 @@ _ATTENTION_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "
 
 
 def _attention_geometry(config: Any) -> tuple:
-    """``((field, value), ...)`` of the :data:`_ATTENTION_FIELDS` that ``config`` (a text config) has."""
-    return tuple((name, getattr(config, name)) for name in _ATTENTION_FIELDS if getattr(config, name, None) is not None)
+    """``((field, value), ...)`` of the :data:`_ATTENTION_FIELDS` that ``config`` (a text config) has, and its
+    ``sliding_window`` when a layer slides (the window sizes those layers' caches: a cache built for another window
+    keeps other keys)."""
+    fields = _ATTENTION_FIELDS
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        fields += ("sliding_window",)
+    return tuple((name, getattr(config, name)) for name in fields if getattr(config, name, None) is not None)
 
 
 def _caller_outside_this_file():
@@ -1178,6 +1197,16 @@ class DeltaLogCache(DynamicCache):
                 "the model that uses it"
             )
         param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        if param is not None and param.device.type == "meta":
+            raise ValueError("the model's parameters are on the meta device (shapes without data), where it cannot "
+                             "decode; load or materialise its weights (e.g. model.to_empty(...) and load a state dict) "
+                             "before generating with a DeltaLogCache")
+        dtype = getattr(model, "dtype", None)
+        if self.backend == "triton" and isinstance(dtype, torch.dtype) and dtype.is_floating_point \
+                and dtype not in KERNEL_ACT_DTYPES:
+            raise ValueError(
+                f"backend='triton': the Triton kernels take bfloat16, float16 or float32 activations, but the model runs "
+                f"in {dtype}; use backend='torch' (or 'auto', which picks it) for this model. Nothing was changed")
         on_cpu = param is not None and param.device.type == "cpu"
         if on_cpu and not interpreting() and runs_fla_kernels(self.model_type):
             raise ValueError(

@@ -1716,3 +1716,119 @@ def test_max_cache_len_without_static_mode_is_refused():
     """max_cache_len without static=True was silently ignored (found by the fourteenth review)."""
     with pytest.raises(ValueError, match="max_cache_len=64 sizes the attention slots of static mode; pass static=True"):
         DeltaLogCache(tiny_model("qwen3_5"), max_cache_len=64)
+
+
+# ---------------------------------------------------------------------------------------------- dtype and device changes
+def test_a_model_with_another_sliding_window_is_refused():
+    """The sliding window sizes the sliding-window layers' caches: a cache built for window 6, used by the same weights
+    with window 12, kept other keys than that model's default cache and decoded other tokens without an error."""
+    narrow = tiny_model("lara_mini")
+    wide = type(narrow)(family_config("lara_mini", sliding_window=narrow.config.sliding_window * 2)).eval()
+    wide.load_state_dict(narrow.state_dict())
+    ids = prompt_ids(2, 6)
+    with torch.no_grad():
+        for kw in ({}, dict(static=True, max_cache_len=20)):
+            cache = DeltaLogCache(narrow, **kw)
+            with pytest.raises(ValueError, match=r"generate was called on a 'lara_mini' model with another configuration"):
+                wide.generate(ids, cache=cache, max_new_tokens=2, do_sample=False)
+        first = narrow.generate(ids, cache=cache, max_new_tokens=2, do_sample=False)  # the matching model decodes
+        assert torch.equal(first, narrow.generate(ids, max_new_tokens=2, do_sample=False))
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+@pytest.mark.parametrize("merge_interval", [None, 1])
+def test_autocast_keeps_the_state_in_fp32(family, merge_interval):
+    """Under torch.autocast(bf16) the PyTorch references ran their einsums in bf16 (the replay, the merged base and
+    M = 1's dense state rounded to bf16: 1.8e-3 / 3.0e-3 from the default cache after 64 steps); transformers'
+    elementwise recurrence stays fp32. Same teacher-forced tokens into both caches; the bound is fp32 rounding."""
+    model = tiny_model(family)
+    dense, ours = DynamicCache(config=model.config), DeltaLogCache(model, merge_interval=merge_interval, backend="torch")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        forward(model, prompt_ids(2, 7), dense), forward(model, prompt_ids(2, 7), ours)
+        for _ in range(24):
+            nxt = torch.randint(3, 96, (2, 1), generator=g)
+            a, b = forward(model, nxt, dense), forward(model, nxt, ours)
+    i = ours.deltalog_layers[0].layer_idx
+    assert rel_err(ours.materialize(i), dense.layers[i].recurrent_states[0]) < 1e-5
+    assert max_abs(a, b) < 1e-5
+
+
+def test_a_float64_model_after_an_fp32_turn_is_refused_by_the_triton_backend_before_anything_changes():
+    """backend='triton' after model.double() between turns: refused by generate's check (it failed at the first decode
+    step with the kernel's TypeError, after layer 0's conv window had moved, which locked the cache); back in fp32 the
+    conversation goes on as with the default cache."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))
+    ids = prompt_ids(2, 6)
+    cache, dense = DeltaLogCache(model, backend="triton"), DynamicCache(config=model.config)
+    with torch.no_grad():
+        first = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+        model.generate(ids, cache=dense, max_new_tokens=3, do_sample=False)
+        turn2 = torch.cat([first, prompt_ids(2, 2, seed=5)], 1)
+        state = cache.materialize(0)
+        model.double()
+        with pytest.raises(ValueError, match=r"backend='triton'.*runs in torch.float64.*Nothing was changed"):
+            model.generate(turn2, cache=cache, max_new_tokens=3, do_sample=False)
+        assert torch.equal(cache.materialize(0), state) and not any(l._in_step for l in cache.deltalog_layers)
+        model.float()
+        out = model.generate(turn2, cache=cache, max_new_tokens=3, do_sample=False)
+        ref = model.generate(turn2, cache=dense, max_new_tokens=3, do_sample=False)
+    assert torch.equal(out, ref)
+
+
+def test_the_backend_is_planned_from_the_models_dtype_not_the_held_conv_buffer():
+    """A held conv buffer keeps its dtype when the model's changes between turns (transformers copies the new columns
+    into it), so the layer plans its backend from the dtype of the columns the model passes."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))
+    cache = DeltaLogCache(model, backend="torch")
+    with torch.no_grad():
+        first = model.generate(prompt_ids(2, 6), cache=cache, max_new_tokens=2, do_sample=False)
+        model.double()
+        model.generate(torch.cat([first, prompt_ids(2, 2, seed=5)], 1), cache=cache, max_new_tokens=2, do_sample=False)
+    layer = cache.deltalog_layers[0]
+    assert layer.conv_states[0].dtype == torch.float32 and layer._act_dtype == torch.float64
+
+
+@pytest.mark.parametrize("switch", [(torch.bfloat16, torch.float32), (torch.float32, torch.float64)],
+                         ids=["bf16-to-fp32", "fp32-to-fp64"])  # a narrower model fails in transformers, either cache
+def test_crop_ring_with_past_recording_follows_a_dtype_change(switch):
+    """crop_ring=True with past recording: the recorded conv window takes the model's dtype, which may change between
+    turns; the ring widens to hold its columns exactly (it failed with scatter's dtype error and locked the cache).
+    The continuation matches the default cache, and a crop afterwards rolls back exactly."""
+    first_dtype, second_dtype = switch
+    ids = prompt_ids(2, 6)
+    outs = []
+    for kind in ("dynamic", "deltalog"):
+        model = copy.deepcopy(tiny_model("qwen3_5")).to(first_dtype)
+        cache = DynamicCache(config=model.config) if kind == "dynamic" else \
+            DeltaLogCache(model, backend="torch", merge_interval=8, crop_ring=True)
+        cache.activate_past_recording()
+        with torch.no_grad():
+            first = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+            model.to(second_dtype)
+            turn2 = torch.cat([first, prompt_ids(2, 2, seed=5)], 1)
+            outs.append(model.generate(turn2, cache=cache, max_new_tokens=4, do_sample=False))
+            if kind == "deltalog":  # two more tokens, crop them, feed the first again: the same logits
+                x = prompt_ids(2, 2, seed=7)
+                state, window = cache.materialize(0), cache.layers[0].conv_states[0][..., -4:].clone()
+                logits = forward(model, x[:, :1], cache)
+                forward(model, x[:, 1:], cache)
+                cache.crop(-2)
+                assert torch.equal(cache.materialize(0), state)
+                assert torch.equal(cache.layers[0].conv_states[0][..., -4:], window)
+                assert torch.equal(forward(model, x[:, :1], cache), logits)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_a_model_on_the_meta_device_is_refused_before_anything_changes():
+    """A model on the meta device cannot decode: generate refuses it up front (it left meta buffers in the cache that
+    no reset() could replace: every later generate failed copying out of a meta tensor)."""
+    model = tiny_model("kimi_linear")
+    cache = DeltaLogCache(model)
+    meta = copy.deepcopy(model).to("meta")
+    with pytest.raises(ValueError, match="meta device"):
+        meta.generate(prompt_ids(2, 6).to("meta"), cache=cache, max_new_tokens=2)
+    assert all(layer.base is None for layer in cache.deltalog_layers)
+    with torch.no_grad():
+        out = model.generate(prompt_ids(2, 6), cache=cache, max_new_tokens=3, do_sample=False)
+        assert torch.equal(out, model.generate(prompt_ids(2, 6), max_new_tokens=3, do_sample=False))

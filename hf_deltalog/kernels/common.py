@@ -1,11 +1,26 @@
 """Constants and helpers shared by every DeltaLog operator."""
 
+import functools
+
 import torch
 
 # Floor applied to every step's log-decay before it is stored or summed. exp(-104) rounds to 0 in fp32 (the smallest
 # subnormal is exp(-103.3)), so the step decays exactly as the eager recurrence does, while a -inf or -1e4 gate
 # cannot make a sum of log-decays NaN.
 LOG_DECAY_FLOOR = -104.0
+
+
+def reference_math(fn):
+    """Decorator of the PyTorch references: no autograd, and autocast off (CPU and CUDA), so that their fp32 math stays
+    fp32 inside ``torch.autocast`` regions (autocast would run ``einsum`` in bf16 / fp16 and round the replay and the
+    merged base). transformers' recurrences are elementwise and keep fp32 under autocast; so do the Triton kernels."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.no_grad(), torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def later_decay_sums(decay_log: torch.Tensor, length: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,7 @@ from hf_deltalog.kernels.common import (
     check_step_buffers,
     later_decay_sums,
     promoted_dtype,
+    reference_math,
 )
 
 __all__ = [
@@ -76,7 +77,7 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
     check_floating(q=q, k=k, v=v, g=g, beta=beta)
 
 
-@torch.no_grad()
+@reference_math
 def naive_recurrent_gated_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -178,7 +179,7 @@ def _replay_weights(
     return w, k_live, torch.where(live[..., None], u_log, torch.zeros_like(u_log))
 
 
-@torch.no_grad()
+@reference_math
 def naive_deltalog_gdn_materialize(
     base: torch.Tensor,
     log_decay: torch.Tensor,
@@ -220,7 +221,7 @@ def naive_deltalog_gdn_materialize(
     return log_decay.exp()[..., None, None] * base_kv + torch.einsum("bhc,bhck,bhcv->bhkv", w, k_hv, u_live)
 
 
-@torch.no_grad()
+@reference_math
 def naive_deltalog_gdn_decode(
     q: torch.Tensor,
     k: torch.Tensor,

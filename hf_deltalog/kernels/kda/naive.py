@@ -38,6 +38,7 @@ from hf_deltalog.kernels.common import (
     check_step_buffers,
     later_decay_sums,
     promoted_dtype,
+    reference_math,
 )
 
 __all__ = ["kda_l2norm", "naive_deltalog_kda_decode", "naive_deltalog_kda_materialize", "naive_recurrent_kda"]
@@ -65,7 +66,7 @@ def _check(q, k, v, g, beta):
     return B, T, Hk, HV, K, v.shape[3]
 
 
-@torch.no_grad()
+@reference_math
 def naive_recurrent_kda(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -156,7 +157,7 @@ def _replay(extra: torch.Tensor | None, k_log, u_log, decay_log, length, live, G
     return decayed, torch.where(live[..., None], u_log, torch.zeros_like(u_log))
 
 
-@torch.no_grad()
+@reference_math
 def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, length) -> torch.Tensor:
     """Dense logical state ``S = diag(exp(ℓ̄))·base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) K_i U_iᵀ``.
 
@@ -179,7 +180,7 @@ def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, len
     return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, u_live)
 
 
-@torch.no_grad()
+@reference_math
 def naive_deltalog_kda_decode(
     q: torch.Tensor,
     k: torch.Tensor,

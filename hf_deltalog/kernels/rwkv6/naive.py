@@ -35,6 +35,7 @@ from hf_deltalog.kernels.common import (
     check_same_dtype,
     check_step_buffers,
     later_decay_sums,
+    reference_math,
 )
 
 __all__ = ["naive_deltalog_rwkv6_decode", "naive_deltalog_rwkv6_materialize", "naive_recurrent_rwkv6"]
@@ -53,7 +54,7 @@ def _check(r, k, v, w, u):
     return B, T, H, K, v.shape[3]
 
 
-@torch.no_grad()
+@reference_math
 def naive_recurrent_rwkv6(
     r: torch.Tensor,
     k: torch.Tensor,
@@ -136,7 +137,7 @@ def _replay(extra, k_log, v_log, decay_log, length, dt):
     return decayed, torch.where(live, v_log.to(dt), zero)
 
 
-@torch.no_grad()
+@reference_math
 def naive_deltalog_rwkv6_materialize(base, log_decay, k_log, v_log, decay_log, length) -> torch.Tensor:
     """Dense logical state ``S = diag(exp(ℓ̄))·base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) k_i v_iᵀ`` ``[B, H, K, V]``.
 
@@ -155,7 +156,7 @@ def naive_deltalog_rwkv6_materialize(base, log_decay, k_log, v_log, decay_log, l
     return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, v_live)
 
 
-@torch.no_grad()
+@reference_math
 def naive_deltalog_rwkv6_decode(
     r: torch.Tensor,
     k: torch.Tensor,
