@@ -363,9 +363,14 @@ class DeltaLogLayer(LinearAttentionLayer):
         dense_fla = merge_interval == 1 and device.type == "cuda" and state_v_first
         return dict(backend=backend, merge_interval=merge_interval, state_v_first=state_v_first, dense_fla=dense_fla)
 
+    def _activation_dtype(self) -> torch.dtype | None:
+        """The model's activation dtype: that of the conv columns it last passed (a held conv buffer keeps its own
+        dtype when the model's changes between turns: transformers copies the new columns into it)."""
+        conv = self.conv_states[0]
+        return self._act_dtype or (None if conv is None else conv.dtype)
+
     def _allocate(self, batch: int, device: torch.device) -> None:
-        conv = self.conv_states[0]  # the model's activations (its dtype) reached the conv window before this
-        plan = self.plan(batch, device, None if conv is None else conv.dtype)
+        plan = self.plan(batch, device, self._activation_dtype())
         self.backend, self.merge_interval, self.state_v_first = plan["backend"], plan["merge_interval"], \
             plan["state_v_first"]
         self.capacity = self.merge_interval - 1
@@ -383,6 +388,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._names = ("base", "log_decay", "k_log", "u_log", "decay_log", "length")
         if self.crop_ring:
             # The last C + W pre-conv columns, so that `crop` can rebuild the conv window of any point inside the log.
+            conv = self.conv_states[0]
             self.conv_ring = torch.zeros(batch, C + self.conv_kernel_size[0], conv.shape[1], dtype=conv.dtype,
                                          device=device)
             self.conv_pos = torch.zeros(batch, dtype=torch.int64, device=device)
@@ -446,9 +452,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._in_step = True  # any conv state (qwen4_exp's PLE moves states 2 and 1 before the recurrent state's read)
         if state_idx == 0:
             self._pending += conv_states.shape[-1]
-            # the model's activation dtype: a held conv buffer keeps its own dtype when the model's changes between
-            # turns (transformers copies the new columns into it), so the backend is planned from this one
-            self._act_dtype = conv_states.dtype
+            self._act_dtype = conv_states.dtype  # the backend is planned from it (_activation_dtype)
         return super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
                                          **kwargs)
 
@@ -478,8 +482,7 @@ class DeltaLogLayer(LinearAttentionLayer):
                 "to a model with another configuration"
             )
         batch = recurrent_states.shape[0]
-        conv = self.conv_states[0]
-        act_dtype = self._act_dtype or (conv.dtype if conv is not None else None)
+        act_dtype = self._activation_dtype()
         replan = self.base is not None and act_dtype is not None and \
             self._resolve_backend(recurrent_states.device, act_dtype) != self.backend
         if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device or replan:
@@ -1086,6 +1089,12 @@ class DeltaLogCache(DynamicCache):
         # recognises it and says so, not an upstream kernel.
         patch()
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling (``pickle`` / ``torch.load``) binds the families' recurrences as the constructor does: a cache
+        loaded in a process that built none would otherwise reach transformers' unbound recurrences."""
+        self.__dict__.update(state)
+        patch()
+
     # ------------------------------------------------------------------ helpers
     @property
     def deltalog_layers(self) -> list[DeltaLogLayer]:
@@ -1189,15 +1198,21 @@ class DeltaLogCache(DynamicCache):
         except (ValueError, AttributeError):
             theirs = (getattr(text, "model_type", None),)
         if theirs != self._fingerprint:
+            names = ("layer_types", "(Hk, HV, K, V)", "attention geometry")
+            differ = [f"{name} {a} here" for name, a, b in zip(names, theirs[1:], self._fingerprint[1:]) if a != b] \
+                if len(theirs) == len(self._fingerprint) else []
             raise ValueError(
                 f"this DeltaLogCache was built for a {self.model_type!r} model with layer_types "
                 f"{list(self._fingerprint[1])}, (Hk, HV, K, V) = {self._fingerprint[2]} and attention geometry "
                 f"{self._fingerprint[3]}, but generate was called "
-                f"on a {getattr(text, 'model_type', None)!r} model with another configuration; build the cache from "
-                "the model that uses it"
+                f"on a {getattr(text, 'model_type', None)!r} model with another configuration"
+                + (f" ({'; '.join(differ)})" if differ else "") + "; build the cache from the model that uses it"
             )
         param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
-        if param is not None and param.device.type == "meta":
+        # accelerate's offloading (device_map with "cpu" / "disk", cpu_offload) keeps parameters on the meta device and
+        # loads them in its hooks at each module's forward: such a model decodes
+        if param is not None and param.device.type == "meta" and \
+                not any(hasattr(m, "_hf_hook") for m in model.modules()):
             raise ValueError("the model's parameters are on the meta device (shapes without data), where it cannot "
                              "decode; load or materialise its weights (e.g. model.to_empty(...) and load a state dict) "
                              "before generating with a DeltaLogCache")
@@ -1308,13 +1323,15 @@ class DeltaLogCache(DynamicCache):
         This is the model's call at the start of a layer's step (every supported family reads its conv window and
         then this, before it updates the window in place): the layer counts as inside a forward until it stores its
         recurrent state, and a forward stopped in between is refused at the next ``generate`` or forward. A call from
-        user code (not from a module's forward) is only a read. To inspect the state use :meth:`materialize`."""
+        user code (not from a module's forward) is only a read, except in static mode inside a function compiled by
+        ``torch.compile``, where it counts as a model's call. To inspect the state use :meth:`materialize`."""
         layer = self._require_linear(layer_idx)
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
-        # A read from user code (not a module's forward) is only a read. Under torch.compile the caller's frame is not
-        # inspected (a traced forward is the model's own step).
-        if torch.compiler.is_compiling() or _called_by_a_module(layer_idx):
+        # A read from user code (not a module's forward) is only a read. Static mode under torch.compile does not
+        # inspect the caller's frame (dynamo cannot trace it; a graph break would split a captured step): a traced
+        # call counts as the model's step. Dynamic mode inspects it (dynamo breaks the graph there).
+        if (self.static and torch.compiler.is_compiling()) or _called_by_a_module(layer_idx):
             self._begin_layer_step(layer_idx, "get_recurrent_state")
             layer._in_step = True
         return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None

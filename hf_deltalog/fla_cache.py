@@ -573,6 +573,15 @@ class FLADeltaLogCache(FLACache):
 
         _patch_generation()
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling binds FLA's layers and generate's hand-over as the constructor does (a cache loaded in a process
+        that built none)."""
+        self.__dict__.update(state)
+        patch_fla()
+        from hf_deltalog.patches.registry import _patch_generation
+
+        _patch_generation()
+
     # ------------------------------------------------------------------ layers
     def _new_layer(self, layer_idx: int) -> FLALayer:
         if not self._linear[layer_idx]:

@@ -1776,17 +1776,30 @@ def test_a_float64_model_after_an_fp32_turn_is_refused_by_the_triton_backend_bef
     assert torch.equal(out, ref)
 
 
-def test_the_backend_is_planned_from_the_models_dtype_not_the_held_conv_buffer():
-    """A held conv buffer keeps its dtype when the model's changes between turns (transformers copies the new columns
-    into it), so the layer plans its backend from the dtype of the columns the model passes."""
-    model = copy.deepcopy(tiny_model("qwen3_5"))
-    cache = DeltaLogCache(model, backend="torch")
-    with torch.no_grad():
-        first = model.generate(prompt_ids(2, 6), cache=cache, max_new_tokens=2, do_sample=False)
-        model.double()
-        model.generate(torch.cat([first, prompt_ids(2, 2, seed=5)], 1), cache=cache, max_new_tokens=2, do_sample=False)
-    layer = cache.deltalog_layers[0]
-    assert layer.conv_states[0].dtype == torch.float32 and layer._act_dtype == torch.float64
+def test_auto_plans_the_torch_backend_for_a_float64_turn_after_an_fp32_one(monkeypatch):
+    """backend='auto' where it picks Triton (a CUDA device: simulated here by planning as for one, the kernels run
+    interpreted), an fp32 turn, then model.double(): the continuation must move to the PyTorch backend. The held conv
+    buffer keeps fp32 (transformers copies the new columns into it), so planning from it kept the layers on Triton,
+    whose first decode step failed on float64 and locked the cache. The dtype of the columns the model passes is
+    what counts; tokens as the default cache's."""
+    resolve = hf_deltalog.cache.DeltaLogLayer._resolve_backend
+    monkeypatch.setattr(hf_deltalog.cache.DeltaLogLayer, "_resolve_backend", lambda self, device, act_dtype=None:
+                        resolve(self, torch.device("cuda") if device.type == "cpu" else device, act_dtype))
+    ids = prompt_ids(2, 6)
+    outs = []
+    for kind in ("dynamic", "deltalog"):
+        model = copy.deepcopy(tiny_model("qwen3_5"))
+        cache = DynamicCache(config=model.config) if kind == "dynamic" else DeltaLogCache(model, merge_interval=3)
+        with torch.no_grad():
+            first = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+            if kind == "deltalog":
+                assert {layer.backend for layer in cache.deltalog_layers} == {"triton"}
+            model.double()
+            outs.append(model.generate(torch.cat([first, prompt_ids(2, 2, seed=5)], 1), cache=cache, max_new_tokens=3,
+                                       do_sample=False))
+    assert {layer.backend for layer in cache.deltalog_layers} == {"torch"}
+    assert cache.deltalog_layers[0].conv_states[0].dtype == torch.float32  # the held buffer kept its dtype
+    assert torch.equal(outs[0], outs[1])
 
 
 @pytest.mark.parametrize("switch", [(torch.bfloat16, torch.float32), (torch.float32, torch.float64)],
@@ -1832,3 +1845,50 @@ def test_a_model_on_the_meta_device_is_refused_before_anything_changes():
     with torch.no_grad():
         out = model.generate(prompt_ids(2, 6), cache=cache, max_new_tokens=3, do_sample=False)
         assert torch.equal(out, model.generate(prompt_ids(2, 6), max_new_tokens=3, do_sample=False))
+
+
+def test_a_model_offloaded_by_accelerate_decodes():
+    """accelerate's offloading keeps the parameters on the meta device and loads them in its hooks at each module's
+    forward: such a model is not refused as one without data, and decodes the default cache's tokens."""
+    from accelerate import cpu_offload
+
+    model = tiny_model("qwen3_5")
+    offloaded = cpu_offload(copy.deepcopy(model), execution_device=torch.device("cpu"))
+    assert next(offloaded.parameters()).device.type == "meta"
+    with torch.no_grad():
+        out = offloaded.generate(prompt_ids(2, 6), cache=DeltaLogCache(offloaded), max_new_tokens=4, do_sample=False)
+        assert torch.equal(out, model.generate(prompt_ids(2, 6), max_new_tokens=4, do_sample=False))
+
+
+def test_a_cache_loaded_in_a_fresh_process_continues(tmp_path):
+    """torch.save a conversation's cache, torch.load it in a process that built no DeltaLogCache: unpickling binds the
+    recurrences as the constructor does (generate failed with 'a DeltaLogState reached a recurrence that hf_deltalog
+    has not bound'). The continuation matches the default cache continued the same way."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import HIDE_FLA
+
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    cache, dense = DeltaLogCache(model, merge_interval=3), DynamicCache(config=model.config)
+    with torch.no_grad():
+        first = model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False)
+        model.generate(ids, cache=dense, max_new_tokens=4, do_sample=False)
+        turn = torch.cat([first, prompt_ids(2, 2, seed=3)], 1)
+        ref = model.generate(turn, cache=dense, max_new_tokens=4, do_sample=False)
+    torch.save({"cache": cache, "turn": turn}, tmp_path / "conversation.pt")
+    child = f"""{HIDE_FLA}
+import os; os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import torch
+from utils import tiny_model
+saved = torch.load({str(tmp_path / "conversation.pt")!r}, weights_only=False)
+with torch.no_grad():
+    out = tiny_model("qwen3_5").generate(saved["turn"], cache=saved["cache"], max_new_tokens=4, do_sample=False)
+torch.save(out, {str(tmp_path / "out.pt")!r})
+"""
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert torch.equal(torch.load(tmp_path / "out.pt"), ref)

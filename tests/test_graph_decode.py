@@ -514,3 +514,20 @@ def test_generate_through_a_compiled_forward(static):
         out = model.generate(ids, cache=cache, max_new_tokens=8, do_sample=False)
     torch._dynamo.reset()
     assert torch.equal(out, ref)
+
+
+def test_a_compiled_read_of_a_dynamic_cache_is_only_a_read():
+    """get_recurrent_state from a function of the user's own compiled with torch.compile, between turns: in dynamic mode
+    the caller is still told apart (the next generate is not refused as after a stopped forward)."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    cache = DeltaLogCache(model, merge_interval=3)
+    torch._dynamo.reset()
+    read = torch.compile(lambda c: c.get_recurrent_state(0), backend="eager")
+    with torch.no_grad():
+        first = model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False)
+        assert read(cache) is not None
+        turn = torch.cat([first, prompt_ids(2, 2, seed=3)], 1)
+        out = model.generate(turn, cache=cache, max_new_tokens=4, do_sample=False)
+    torch._dynamo.reset()
+    assert torch.equal(out, model.generate(turn, max_new_tokens=4, do_sample=False))
