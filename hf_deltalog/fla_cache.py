@@ -48,6 +48,7 @@ from fla.models.utils import Cache as FLACache
 from hf_deltalog.cache import (
     BACKENDS,
     DENSE_BELOW_STATE_BYTES,
+    KERNEL_ACT_DTYPES,
     StepOrder,
     _check_continuation,
     _check_held_rows_continue,
@@ -140,12 +141,17 @@ class FLADeltaLogState:
 
     def __getattr__(self, name: str):
         if name in _TENSOR_ATTRIBUTES:
-            self.layer.shared.status.broken = "its state reached an FLA kernel that hf_deltalog has not bound"
-            raise RuntimeError(
-                "a DeltaLog state reached an FLA kernel that hf_deltalog has not bound (was "
-                "hf_deltalog.unpatch() called, or is the layer of a family DeltaLogCache does not serve?); call "
-                "hf_deltalog.patch() or use FLA's own cache"
-            )
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller == "fla" or caller.startswith("fla."):  # an FLA kernel took the handle for a tensor
+                self.layer.shared.status.broken = "its state reached an FLA kernel that hf_deltalog has not bound"
+                raise RuntimeError(
+                    "a DeltaLog state reached an FLA kernel that hf_deltalog has not bound (was "
+                    "hf_deltalog.unpatch() called, or is the layer of a family DeltaLogCache does not serve?); call "
+                    "hf_deltalog.patch() or use FLA's own cache"
+                )
+            raise AttributeError(  # a read from user code: nothing changes
+                f"{name!r}: cache[{self.layer.layer_idx}]['recurrent_state'] is a DeltaLog handle, not a tensor; "
+                f"cache.materialize({self.layer.layer_idx}) gives the dense state it stands for")
         raise AttributeError(name)
 
     def __repr__(self) -> str:
@@ -250,6 +256,14 @@ class FLADeltaLogLayer(FLALayer):
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
         return (rows, HV, V, K) if self.spec.state_v_first else (rows, HV, K, V)
 
+    def _leave_inference_tensors(self) -> None:
+        """Buffers allocated under ``torch.inference_mode()`` are inference tensors, which cannot be updated in place
+        outside it: there they are replaced by ordinary copies (the same values), so a later turn under ``no_grad``
+        goes on as with FLA's own cache (which reassigns its states). A host check per call."""
+        if self.base is not None and self.base.is_inference() and not torch.is_inference_mode_enabled():
+            for name in self._names:
+                setattr(self, name, getattr(self, name).clone())
+
     def _absorb(self, state: torch.Tensor) -> None:
         """Take the dense final state FLA's kernel returned (FLA's layout): it becomes the base, the log restarts."""
         rows = state.shape[0] if state.dim() == 4 else -1
@@ -262,6 +276,7 @@ class FLADeltaLogLayer(FLALayer):
             )
         if self.base is None or self.base.shape[0] != rows or self.base.device != state.device:
             self._allocate(rows, state.device)
+        self._leave_inference_tensors()
         if self.dense_fla:
             self.base = state  # FLA's fresh final state in the base's layout; nothing else refers to it
         else:
@@ -341,6 +356,7 @@ class FLADeltaLogLayer(FLALayer):
         if self.base is None:
             raise self.shared.status.reject(f"layer {self.layer_idx} has no recurrent state yet (prefill did not "
                                             "complete)")
+        self._leave_inference_tensors()
         x_name = "r" if spec.operator == "rwkv6" else "q"
         x, v, cu = a[x_name], a["v"], a.get("cu_seqlens")
         if spec.operator != "rwkv6" and bool(a.get("state_v_first", False)) != spec.state_v_first:
@@ -447,6 +463,7 @@ class FLADeltaLogLayer(FLALayer):
     def reset(self) -> None:
         """Forget every token (buffers kept, zeroed); the next forward is a prefill."""
         super().reset()
+        self._leave_inference_tensors()
         for t in self._tensors().values():
             t.zero_()
         self.staggered = False
@@ -713,7 +730,26 @@ class FLADeltaLogCache(FLACache):
             yield layer.state
 
     def to_legacy_cache(self) -> tuple:
-        return tuple(layer.state for layer in self.layers)
+        """FLA's legacy form: one state dict per layer. A recurrent layer's ``recurrent_state`` is its dense logical
+        state (:meth:`materialize`: FLA's layout, fp32, a new tensor), so a cache built from the tuple (FLA's
+        ``Cache.from_legacy_cache``, or the tuple passed as ``past_key_values``) decodes with FLA's kernels and leaves
+        this cache as it was; the other entries are the layer's own tensors, as FLA's cache hands them out (FLA's GDN
+        and KDA layers update their conv state in place, for FLA's cache too)."""
+        legacy = []
+        for layer in self.layers:
+            state = layer.state
+            if isinstance(layer, FLADeltaLogLayer) and isinstance(state, dict) and \
+                    isinstance(state.get("recurrent_state"), FLADeltaLogState) and layer.base is not None:
+                state = {**state, "recurrent_state": layer.materialize()}
+            legacy.append(state)
+        return tuple(legacy)
+
+    @classmethod
+    def from_legacy_cache(cls, past_key_values: Any = None, seen_tokens: int = 0, **kwargs: Any) -> FLACache:
+        """Not available: a DeltaLog cache is built from the model (``DeltaLogCache(model)``), which a legacy tuple
+        does not name. Raises TypeError saying so; FLA's ``Cache.from_legacy_cache`` takes the tuple."""
+        raise TypeError("FLADeltaLogCache cannot be built from a legacy tuple (it needs the model's configuration): "
+                        "build DeltaLogCache(model) and prefill it, or use fla.models.utils.Cache.from_legacy_cache")
 
     def materialize(self, layer_idx: int) -> torch.Tensor:
         """Dense logical state of recurrent layer ``layer_idx`` in FLA's layout of the layer (``[B, HV, V, K]`` for
@@ -811,6 +847,12 @@ class FLADeltaLogCache(FLACache):
                 f"{getattr(config, 'model_type', None)!r} model with another configuration; build the cache from the "
                 "model that uses it"
             )
+        dtype = getattr(model, "dtype", None)
+        if self.backend == "triton" and isinstance(dtype, torch.dtype) and dtype.is_floating_point \
+                and dtype not in KERNEL_ACT_DTYPES:
+            raise ValueError(
+                f"backend='triton': the Triton kernels take bfloat16, float16 or float32 activations, but the model runs "
+                f"in {dtype}; use backend='torch' for this model. Nothing was changed")
 
     def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
                          expand: int = 1) -> int:

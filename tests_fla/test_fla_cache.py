@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 
 import pytest
 import torch
 import transformers
 from fla.models.utils import Cache
-from helpers import DIMS, FAMILIES, generate_ours, max_abs, prompt_ids, rel_err, tiny_model
+from helpers import DIMS, FAMILIES, fla_cache_reaches_model, generate_ours, max_abs, prompt_ids, rel_err, tiny_model
 
 import hf_deltalog
 from hf_deltalog import DeltaLogCache
@@ -399,3 +400,81 @@ def test_the_configuration_check_covers_conv_width_and_attention_specs():
     config = family_config("gated_deltanet", 4)
     config.attn = [{"layers": [1], "num_heads": 2}, {"layers": [3], "num_heads": 2, "window_size": 3}]
     assert _linear_layers(config) == [True, False, True, False]
+
+
+def test_a_legacy_copy_is_a_snapshot():
+    """to_legacy_cache() hands out the dense state (materialize), not the live handle: a step decoded through the
+    tuple (FLA wraps it with Cache.from_legacy_cache) leaves the cache as it was. With the handle it advanced this
+    cache's buffers in place while its token count and token-shift state stayed: the next step's logits were 0.0058
+    off FLA's and a token flipped, with no error. The class method from_legacy_cache refuses with a TypeError."""
+    model, ids = tiny_model("rwkv6", layers=1), prompt_ids(2, 5)
+    side, nxt = prompt_ids(2, 1, seed=77), prompt_ids(2, 1, seed=78)
+
+    def last_logits(cache, peek):
+        with torch.no_grad():
+            model(ids, past_key_values=cache, use_cache=True)
+            if peek:
+                legacy = cache.to_legacy_cache()
+                model(side, past_key_values=legacy, use_cache=True)
+            return model(nxt, past_key_values=cache, use_cache=True).logits[:, -1]
+
+    clean = last_logits(Cache(), peek=False)
+    ours = DeltaLogCache(model, merge_interval=4)
+    assert max_abs(last_logits(ours, peek=True), clean) <= 1e-5
+    legacy = ours.to_legacy_cache()
+    assert isinstance(legacy[0]["recurrent_state"], torch.Tensor)
+    assert torch.equal(legacy[0]["recurrent_state"], ours.materialize(0))
+    with pytest.raises(TypeError, match="cannot be built from a legacy tuple"):
+        FLADeltaLogCache.from_legacy_cache(legacy)
+
+
+@pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
+def test_a_turn_under_inference_mode_then_a_plain_turn(family):
+    """Buffers allocated under torch.inference_mode() are inference tensors; a plain generate (no_grad) afterwards
+    failed with PyTorch's in-place error, and so did reset(). They are copied into ordinary tensors there, as FLA's own
+    cache goes on (it reassigns its states): tokens equal to FLA's cache doing the same."""
+    model, ids = tiny_model(family, layers=1), prompt_ids(2, 5)
+    kw = dict(max_new_tokens=3, do_sample=False)
+    ref = Cache()
+    with torch.inference_mode(), fla_cache_reaches_model(model):
+        first = model.generate(ids, past_key_values=ref, **kw)
+    turn = torch.cat([first, prompt_ids(2, 2, seed=9)], 1)
+    with fla_cache_reaches_model(model):
+        expected = model.generate(turn, past_key_values=ref, **kw)
+    cache = DeltaLogCache(model, merge_interval=2)
+    with torch.inference_mode():
+        assert torch.equal(model.generate(ids, past_key_values=cache, **kw), first)
+    assert torch.equal(model.generate(turn, past_key_values=cache, **kw), expected)
+    with torch.inference_mode():
+        model.generate(ids, past_key_values=DeltaLogCache(model, merge_interval=2), **kw)
+        cache.reset()
+    cache.reset()  # a reset outside inference mode of buffers made inside it
+    assert torch.equal(model.generate(ids, past_key_values=cache, **kw), first)
+
+
+def test_reading_an_attribute_of_the_state_handle_is_only_a_read():
+    """cache[i]['recurrent_state'].shape from user code raises AttributeError naming materialize() and changes nothing
+    (it raised the unbound-kernel RuntimeError and locked the cache; hasattr() did too). An FLA kernel reaching the
+    handle still raises that RuntimeError (test_unbound_handle_raises_clearly)."""
+    model, ids = tiny_model("gated_deltanet", layers=1), prompt_ids(2, 4)
+    cache, ref = DeltaLogCache(model, merge_interval=3), Cache()
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        model(ids, past_key_values=ref, use_cache=True)
+        handle = cache[0]["recurrent_state"]
+        with pytest.raises(AttributeError, match=r"DeltaLog handle, not a tensor; cache.materialize\(0\)"):
+            handle.shape  # noqa: B018 - the read under test
+        assert not hasattr(handle, "dtype")
+        step = prompt_ids(2, 1, seed=5)
+        ours, theirs = (model(step, past_key_values=c, use_cache=True).logits for c in (cache, ref))
+    assert max_abs(ours, theirs) <= 1e-5
+
+
+def test_a_float64_model_with_the_triton_backend_is_refused_up_front():
+    """backend='triton' takes bf16 / fp16 / fp32 activations: generate refuses a float64 model before anything changes
+    (it failed at the first decode step with the kernel's TypeError)."""
+    model = copy.deepcopy(tiny_model("rwkv6", layers=1)).double()
+    cache = DeltaLogCache(model, backend="triton")
+    with pytest.raises(ValueError, match=r"backend='triton'.*torch.float64.*Nothing was changed"):
+        generate_ours(model, prompt_ids(2, 4), cache, max_new_tokens=2, do_sample=False)
+    assert cache.get_seq_length() == 0
