@@ -21,13 +21,19 @@ line per case and writes them all to ``--out``:
   raises the ``ValueError`` naming ``cache.reset()``; after ``reset()`` the tokens equal a fresh cache's.
 - ``positional_generation_config`` (transformers' models): a beam search whose ``GenerationConfig`` is passed by
   position; continuing its cache is refused (``ValueError``: the rows are beams).
+- ``inference_mode_then_plain`` (FLA): a turn under ``torch.inference_mode()``, then a plain one: tokens as FLA's
+  cache doing the same.
+- ``legacy_snapshot`` (FLA): a step decoded through ``cache.to_legacy_cache()``, then the next step on the cache: its
+  logits as FLA's cache doing the same (within 1e-4; FLA's GDN / KDA layers move the tuple's shared conv window in
+  place, for FLA's cache too).
 - ``static_stop_between_layers`` (Qwen3.5 only): a static cache's decode step stopped before a linear layer
   (``disable_compile=True``: on a GPU transformers compiles a static cache's decode step, where a hook cannot stop it).
 - ``past_recording_static`` (Qwen3.5 only): a static cache after ``activate_past_recording()`` is not compileable,
   so ``graph_generate`` refuses it (``ValueError``) and ``generate`` decodes it uncompiled, with the default cache's
   tokens.
 - ``compiled_forward`` (Qwen3.5 only): ``model.forward = torch.compile(model.forward)`` (inductor with a static
-  cache, dynamo's eager backend with a dynamic one): the prefill is traced too; tokens identical to the default cache.
+  cache, dynamo's eager backend with a dynamic one; eager for both with ``--cpu-smoke``): the prefill is traced too;
+  tokens identical to the default cache.
   Also ``generate``'s own compile of a static cache's decode step (no ``disable_compile``).
 - ``dtype_switch`` (Qwen3.5 only): ``backend="auto"``, a first turn in fp32, then ``model.double()`` and a second
   turn: the layers plan the PyTorch backend from the model's new dtype (the Triton kernels take no float64); tokens
@@ -304,8 +310,9 @@ def transformers_cases(family: str, device) -> list[dict]:
         rows_ = {}
         with torch.no_grad():
             ref = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None)
-            for mode, backend, kw in (("static", "inductor", dict(static=True, max_cache_len=14)),
-                                      ("dynamic", "eager", {})):
+            # inductor on the GPU; dynamo's eager backend on a CPU (inductor there needs a C++ compiler)
+            for mode, backend, kw in (("static", "inductor" if device.type == "cuda" else "eager",
+                                       dict(static=True, max_cache_len=14)), ("dynamic", "eager", {})):
                 torch._dynamo.reset()
                 compiled.forward = torch.compile(model.forward.__func__.__get__(compiled), backend=backend)
                 cache = DeltaLogCache(compiled, backend="triton", merge_interval=M, **kw)
@@ -462,10 +469,43 @@ def fla_cases(family: str, device) -> list[dict]:
         same = matches_reference_after_reset(cache)
         return _stop_row(first, refused, same)
 
+    def inference_mode_then_plain():
+        turn2_of = lambda first: torch.cat([first, _ids(2, 2, vocab, device, 9)], 1)  # noqa: E731
+        fla_cache = Cache()
+        with torch.inference_mode(), fla_generate_handover(model, fla_cache):
+            ref1 = model.generate(ids, past_key_values=fla_cache, max_new_tokens=3, do_sample=False)
+        with torch.no_grad(), fla_generate_handover(model, fla_cache):
+            ref2 = model.generate(turn2_of(ref1), past_key_values=fla_cache, max_new_tokens=3, do_sample=False)
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        with torch.inference_mode():
+            first = model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False)
+        got = ours(turn2_of(first), cache, 3, do_sample=False)
+        same = torch.equal(first, ref1) and torch.equal(got, ref2)
+        return dict(ok=same, identical=same)
+
+    def legacy_snapshot():
+        side, nxt = _ids(2, 1, vocab, device, 12), _ids(2, 1, vocab, device, 13)
+
+        def last_logits(cache, peek):
+            with torch.no_grad():
+                model(ids, past_key_values=cache, use_cache=True)
+                if peek:
+                    model(side, past_key_values=cache.to_legacy_cache(), use_cache=True)
+                return model(nxt, past_key_values=cache, use_cache=True).logits[:, -1]
+
+        fla_peek, fla_clean = last_logits(Cache(), True), last_logits(Cache(), False)
+        got = last_logits(DeltaLogCache(model, backend="triton", merge_interval=M), True)
+        # FLA's GDN / KDA layers move the conv window of the tuple's (shared) tensors in place, for FLA's cache too
+        return dict(ok=(got - fla_peek).abs().max().item() <= 1e-4,
+                    max_abs_logit_diff_to_fla_doing_the_same=(got - fla_peek).abs().max().item(),
+                    fla_peek_moved_its_cache=(fla_peek - fla_clean).abs().max().item())
+
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
     case("stopped_between_steps", stopped_between_steps)
+    case("inference_mode_then_plain", inference_mode_then_plain)
+    case("legacy_snapshot", legacy_snapshot)
     last = model.model.layers[-1]  # RWKV6: stop after the last block's recurrent store, before its FFN's store
     case("manual_step_after_a_stop_between_stores", lambda: _manual_stop_row(
         model, lambda: DeltaLogCache(model, backend="triton", merge_interval=M),

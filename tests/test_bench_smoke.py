@@ -170,6 +170,7 @@ def test_gpu_guard_check_cpu_smoke():
     assert [r["case"] for r in rows] == ["multi_turn", "interrupted_prefill", "stopped_decode_step",
                                          "stopped_between_steps", "positional_generation_config",
                                          "manual_step_after_a_stop_between_layers", "static_stop_between_layers",
+                                         "past_recording_static", "compiled_forward", "dtype_switch",
                                          "backward_raises"]
     assert all(r["ok"] for r in rows), rows
     assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
