@@ -902,6 +902,17 @@ def _called_by_a_module(layer_idx: int | None = None) -> bool:
     return isinstance(owner, torch.nn.Module) and (layer_idx is None or getattr(owner, "layer_idx", None) == layer_idx)
 
 
+def check_kernel_dtype(backend: str, model: Any, remedy: str) -> None:
+    """Raise ValueError (before anything changes) when ``backend`` is ``"triton"`` and ``model`` (its ``dtype``) runs in
+    a floating dtype the Triton kernels do not take (:data:`KERNEL_ACT_DTYPES`: e.g. float64), naming ``remedy``."""
+    dtype = getattr(model, "dtype", None)
+    if backend == "triton" and isinstance(dtype, torch.dtype) and dtype.is_floating_point \
+            and dtype not in KERNEL_ACT_DTYPES:
+        raise ValueError(
+            f"backend='triton': the Triton kernels take bfloat16, float16 or float32 activations, but the model runs "
+            f"in {dtype}; use {remedy} for this model. Nothing was changed")
+
+
 def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
     """``beam_idx`` as a 1-D integer tensor (lists and tuples are converted) for a cache of ``rows`` rows (-1: not
     allocated yet, any length).
@@ -1216,12 +1227,7 @@ class DeltaLogCache(DynamicCache):
             raise ValueError("the model's parameters are on the meta device (shapes without data), where it cannot "
                              "decode; load or materialise its weights (e.g. model.to_empty(...) and load a state dict) "
                              "before generating with a DeltaLogCache")
-        dtype = getattr(model, "dtype", None)
-        if self.backend == "triton" and isinstance(dtype, torch.dtype) and dtype.is_floating_point \
-                and dtype not in KERNEL_ACT_DTYPES:
-            raise ValueError(
-                f"backend='triton': the Triton kernels take bfloat16, float16 or float32 activations, but the model runs "
-                f"in {dtype}; use backend='torch' (or 'auto', which picks it) for this model. Nothing was changed")
+        check_kernel_dtype(self.backend, model, "backend='torch' (or 'auto', which picks it)")
         on_cpu = param is not None and param.device.type == "cpu"
         if on_cpu and not interpreting() and runs_fla_kernels(self.model_type):
             raise ValueError(

@@ -48,13 +48,13 @@ from fla.models.utils import Cache as FLACache
 from hf_deltalog.cache import (
     BACKENDS,
     DENSE_BELOW_STATE_BYTES,
-    KERNEL_ACT_DTYPES,
     StepOrder,
     _check_continuation,
     _check_held_rows_continue,
     _check_merge_interval,
     _Status,
     check_beam_idx,
+    check_kernel_dtype,
     check_layer_index,
     check_layers_agree,
     check_repeats,
@@ -847,12 +847,7 @@ class FLADeltaLogCache(FLACache):
                 f"{getattr(config, 'model_type', None)!r} model with another configuration; build the cache from the "
                 "model that uses it"
             )
-        dtype = getattr(model, "dtype", None)
-        if self.backend == "triton" and isinstance(dtype, torch.dtype) and dtype.is_floating_point \
-                and dtype not in KERNEL_ACT_DTYPES:
-            raise ValueError(
-                f"backend='triton': the Triton kernels take bfloat16, float16 or float32 activations, but the model runs "
-                f"in {dtype}; use backend='torch' for this model. Nothing was changed")
+        check_kernel_dtype(self.backend, model, "backend='torch'")
 
     def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
                          expand: int = 1) -> int:
