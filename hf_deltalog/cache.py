@@ -47,7 +47,14 @@ from transformers.cache_utils import (
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
-from hf_deltalog.patches.registry import FamilySpec, _resolve, install_generate_checks, patch, runs_fla_kernels
+from hf_deltalog.patches.registry import (
+    FamilySpec,
+    _resolve,
+    install_generate_checks,
+    patch,
+    patch_after_unpickling,
+    runs_fla_kernels,
+)
 
 __all__ = ["BACKENDS", "DeltaLogCache", "DeltaLogLayer", "DeltaLogState"]
 
@@ -1101,10 +1108,11 @@ class DeltaLogCache(DynamicCache):
         patch()
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickling (``pickle`` / ``torch.load``) binds the families' recurrences as the constructor does: a cache
-        loaded in a process that built none would otherwise reach transformers' unbound recurrences."""
+        """Unpickling (``pickle`` / ``torch.load``, and ``copy.deepcopy``) binds the families' recurrences as the
+        constructor does: a cache loaded in a process that built none would otherwise reach transformers' unbound
+        recurrences. Not after a deliberate :func:`hf_deltalog.unpatch` (only :func:`hf_deltalog.patch` undoes it)."""
         self.__dict__.update(state)
-        patch()
+        patch_after_unpickling()
 
     # ------------------------------------------------------------------ helpers
     @property

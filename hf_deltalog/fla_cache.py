@@ -68,7 +68,13 @@ from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
 from hf_deltalog.kernels.rwkv6.naive import naive_deltalog_rwkv6_decode, naive_deltalog_rwkv6_materialize
-from hf_deltalog.patches.fla import FLAFamilySpec, fla_family_of, patch_fla, supported_fla_model_types
+from hf_deltalog.patches.fla import (
+    FLAFamilySpec,
+    fla_family_of,
+    is_fla_patched,
+    patch_fla,
+    supported_fla_model_types,
+)
 
 __all__ = ["FLADeltaLogCache", "FLADeltaLogLayer", "FLADeltaLogState", "fla_generate_handover"]
 
@@ -142,7 +148,9 @@ class FLADeltaLogState:
     def __getattr__(self, name: str):
         if name in _TENSOR_ATTRIBUTES:
             caller = sys._getframe(1).f_globals.get("__name__", "")
-            if caller == "fla" or caller.startswith("fla."):  # an FLA kernel took the handle for a tensor
+            # an FLA kernel took the handle for a tensor: FLA's code read it, or the family's layers are not bound
+            # (the first reader can be Triton's launcher, called by FLA's unbound kernel)
+            if caller == "fla" or caller.startswith("fla.") or not is_fla_patched(self.layer.spec.model_type):
                 self.layer.shared.status.broken = "its state reached an FLA kernel that hf_deltalog has not bound"
                 raise RuntimeError(
                     "a DeltaLog state reached an FLA kernel that hf_deltalog has not bound (was "
@@ -591,13 +599,15 @@ class FLADeltaLogCache(FLACache):
         _patch_generation()
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickling binds FLA's layers and generate's hand-over as the constructor does (a cache loaded in a process
-        that built none)."""
+        """Unpickling (and ``copy.deepcopy``) binds FLA's layers and generate's hand-over as the constructor does (a
+        cache loaded in a process that built none); not after a deliberate ``unpatch_fla()`` / ``hf_deltalog.unpatch()``."""
         self.__dict__.update(state)
-        patch_fla()
+        from hf_deltalog.patches.fla import _UNPATCHED
         from hf_deltalog.patches.registry import _patch_generation
 
-        _patch_generation()
+        if not _UNPATCHED["by_user"]:
+            patch_fla()
+            _patch_generation()
 
     # ------------------------------------------------------------------ layers
     def _new_layer(self, layer_idx: int) -> FLALayer:

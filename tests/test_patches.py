@@ -111,6 +111,27 @@ def test_state_reaching_an_unbound_recurrence_says_so(clean):
             model(prompt_ids(1, 1), cache=cache, use_cache=True)
 
 
+def test_a_deepcopy_after_unpatch_leaves_the_families_unbound(clean):
+    """Restoring a cache (copy.deepcopy, pickle) binds the recurrences as building one does, except after a deliberate
+    unpatch(): only patch() (or building a cache) undoes that. The cache decodes again once patched."""
+    import copy
+
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    with torch.no_grad():
+        model(prompt_ids(1, 4), cache=cache, use_cache=True)
+    hf_deltalog.unpatch()
+    restored = copy.deepcopy(cache)
+    assert not hf_deltalog.is_patched("qwen3_5") and current_functions() == clean
+    hf_deltalog.patch()
+    copy.deepcopy(cache)
+    assert hf_deltalog.is_patched("qwen3_5")
+    with torch.no_grad():
+        step = prompt_ids(1, 1, seed=5)
+        assert torch.equal(model(step, cache=restored, use_cache=True).logits,
+                           model(step, cache=cache, use_cache=True).logits)
+
+
 @pytest.mark.parametrize("module,name", [
     ("transformers.models.qwen3_5.modeling_qwen3_5", "torch_chunk_gated_delta_rule"),
     ("transformers.models.kimi_linear.modeling_kimi_linear", "chunk_kimi_delta_attention"),

@@ -267,8 +267,12 @@ def test_fla_cache_runs_fla_unchanged_when_patched(family):
     assert all(torch.equal(a, b) for a, b in zip(plain, patched))
 
 
-def test_unbound_handle_raises_clearly():
-    model, ids = tiny_model("rwkv6", layers=1), prompt_ids(1, 3)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_unbound_handle_raises_clearly(family):
+    """After unpatch_fla() a decode step hands the handle to FLA's own kernel: the first read of a tensor attribute
+    raises the unbound-kernel RuntimeError and locks the cache, whichever code reads it first (for GatedDeltaNet and
+    RWKV6 it is Triton's launcher, not FLA's code)."""
+    model, ids = tiny_model(family, layers=1), prompt_ids(1, 3)
     cache = DeltaLogCache(model)
     with torch.no_grad():
         model(ids, past_key_values=cache, use_cache=True)
@@ -478,3 +482,20 @@ def test_a_float64_model_with_the_triton_backend_is_refused_up_front():
     with pytest.raises(ValueError, match=r"backend='triton'.*torch.float64.*Nothing was changed"):
         generate_ours(model, prompt_ids(2, 4), cache, max_new_tokens=2, do_sample=False)
     assert cache.get_seq_length() == 0
+
+
+def test_a_deepcopy_after_unpatch_fla_leaves_the_layers_unbound():
+    """Restoring a cache (copy.deepcopy, pickle) binds FLA's layers, except after a deliberate unpatch_fla(): only
+    patch_fla() undoes that."""
+    model, ids = tiny_model("rwkv6", layers=1), prompt_ids(1, 3)
+    cache = DeltaLogCache(model)
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+    unpatch_fla()
+    try:
+        copy.deepcopy(cache)
+        assert not is_fla_patched("rwkv6")
+    finally:
+        patch_fla()
+    copy.deepcopy(cache)
+    assert is_fla_patched("rwkv6")

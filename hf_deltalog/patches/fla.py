@@ -170,6 +170,11 @@ def _dispatcher(upstream: Callable, spec: FLAFamilySpec, multi_token: bool) -> C
     return deltalog_dispatch
 
 
+# Whether unpatch_fla() was called with no patch_fla() since: an FLA cache restored by pickle / copy.deepcopy then
+# leaves the layers unbound (FLADeltaLogCache.__setstate__; registry.patch_after_unpickling for transformers').
+_UNPATCHED = {"by_user": False}
+
+
 def patch_fla(model_types: str | list[str] | None = None) -> list[str]:
     """Bind the DeltaLog decode path into FLA's layer modules of the given families (default: all three).
 
@@ -194,6 +199,7 @@ def patch_fla(model_types: str | list[str] | None = None) -> list[str]:
             setattr(module, spec.recurrent, _dispatcher(originals[spec.recurrent], spec, multi_token=False))
             setattr(module, spec.chunk, _dispatcher(originals[spec.chunk], spec, multi_token=True))
             _ORIGINALS[spec.model_type] = originals
+        _UNPATCHED["by_user"] = False
         return sorted(_ORIGINALS)
 
 
@@ -207,6 +213,7 @@ def unpatch_fla() -> None:
     ['cache']"; :func:`hf_deltalog.patch` restores both.
     """
     with _LOCK:
+        _UNPATCHED["by_user"] = True
         for model_type, originals in list(_ORIGINALS.items()):
             module = importlib.import_module(FLA_FAMILIES[model_type].module)
             for name, fn in originals.items():

@@ -330,6 +330,19 @@ def install_generate_checks() -> None:
         _patch_generation()
 
 
+# Whether unpatch() was called with no patch() since: unpickling (or deep-copying) a cache binds the recurrences only
+# when nobody unbound them deliberately (patch_after_unpickling).
+_UNPATCHED = {"by_user": False}
+
+
+def patch_after_unpickling() -> None:
+    """What a cache restored by ``pickle`` / ``torch.load`` / ``copy.deepcopy`` calls: :func:`patch`, unless
+    :func:`unpatch` was called since the last :func:`patch` (a deliberate unbinding stays, as for a cache built before
+    it)."""
+    if not _UNPATCHED["by_user"]:
+        patch()
+
+
 def patch(model_types: str | list[str] | None = None) -> list[str]:
     """Bind the DeltaLog decode path into the given families (default: every supported family).
 
@@ -374,6 +387,7 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
             setattr(module, spec.chunk, _chunk_dispatcher(originals[spec.chunk], spec))
             _ORIGINALS[spec.model_type] = originals
         _patch_generation()
+        _UNPATCHED["by_user"] = False
         return patched_families()
 
 
@@ -391,6 +405,7 @@ def unpatch() -> None:
 
     unpatch_fla()
     with _LOCK:
+        _UNPATCHED["by_user"] = True
         for model_type, originals in list(_ORIGINALS.items()):
             module = importlib.import_module(FAMILIES[model_type].module)
             for name, fn in originals.items():
