@@ -743,8 +743,9 @@ class FLADeltaLogCache(FLACache):
         """FLA's legacy form: one state dict per layer. A recurrent layer's ``recurrent_state`` is its dense logical
         state (:meth:`materialize`: FLA's layout, fp32, a new tensor), so a cache built from the tuple (FLA's
         ``Cache.from_legacy_cache``, or the tuple passed as ``past_key_values``) decodes with FLA's kernels and leaves
-        this cache as it was; the other entries are the layer's own tensors, as FLA's cache hands them out (FLA's GDN
-        and KDA layers update their conv state in place, for FLA's cache too)."""
+        this cache's recurrent states as they were; the other entries are the layer's own tensors, as FLA's cache hands
+        them out: FLA's GDN and KDA layers update the conv window in place, so a step through the tuple moves this
+        cache's conv windows, as it moves FLA's own cache's."""
         legacy = []
         for layer in self.layers:
             state = layer.state
