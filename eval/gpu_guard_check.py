@@ -470,7 +470,9 @@ def fla_cases(family: str, device) -> list[dict]:
         return _stop_row(first, refused, same)
 
     def inference_mode_then_plain():
-        turn2_of = lambda first: torch.cat([first, _ids(2, 2, vocab, device, 9)], 1)  # noqa: E731
+        def turn2_of(first):
+            return torch.cat([first, _ids(2, 2, vocab, device, 9)], 1)
+
         fla_cache = Cache()
         with torch.inference_mode(), fla_generate_handover(model, fla_cache):
             ref1 = model.generate(ids, past_key_values=fla_cache, max_new_tokens=3, do_sample=False)
