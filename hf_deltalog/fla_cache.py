@@ -68,13 +68,7 @@ from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
 from hf_deltalog.kernels.rwkv6.naive import naive_deltalog_rwkv6_decode, naive_deltalog_rwkv6_materialize
-from hf_deltalog.patches.fla import (
-    FLAFamilySpec,
-    fla_family_of,
-    is_fla_patched,
-    patch_fla,
-    supported_fla_model_types,
-)
+from hf_deltalog.patches.fla import FLAFamilySpec, fla_family_of, patch_fla, supported_fla_model_types
 
 __all__ = ["FLADeltaLogCache", "FLADeltaLogLayer", "FLADeltaLogState", "fla_generate_handover"]
 
@@ -148,9 +142,9 @@ class FLADeltaLogState:
     def __getattr__(self, name: str):
         if name in _TENSOR_ATTRIBUTES:
             caller = sys._getframe(1).f_globals.get("__name__", "")
-            # an FLA kernel took the handle for a tensor: FLA's code read it, or the family's layers are not bound
-            # (the first reader can be Triton's launcher, called by FLA's unbound kernel)
-            if caller == "fla" or caller.startswith("fla.") or not is_fla_patched(self.layer.spec.model_type):
+            # an FLA kernel took the handle for a tensor: FLA's code read it, or Triton's, called by FLA's unbound
+            # kernel (its interpreter reads the arguments first for some families); a user's read changes nothing
+            if caller.split(".")[0] in ("fla", "triton"):
                 self.layer.shared.status.broken = "its state reached an FLA kernel that hf_deltalog has not bound"
                 raise RuntimeError(
                     "a DeltaLog state reached an FLA kernel that hf_deltalog has not bound (was "

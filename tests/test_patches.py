@@ -241,3 +241,14 @@ def test_generate_checks_cover_the_first_call_with_a_cache_built_in_its_argument
     script.write_text(FIRST_CALL_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (done.stdout[-2000:], done.stderr[-3000:])
+
+
+def test_patch_after_unpatch_lets_a_restored_fla_cache_bind_again(clean):
+    """patch() (every family) undoes a deliberate unpatch() for FLA's layers too, also when FLA is not imported yet
+    (as in this process): a later restored FLA cache binds them."""
+    from hf_deltalog.patches import fla
+
+    hf_deltalog.unpatch()
+    assert fla._UNPATCHED["by_user"]
+    hf_deltalog.patch()
+    assert not fla._UNPATCHED["by_user"]

@@ -499,3 +499,34 @@ def test_a_deepcopy_after_unpatch_fla_leaves_the_layers_unbound():
         patch_fla()
     copy.deepcopy(cache)
     assert is_fla_patched("rwkv6")
+
+
+def test_reading_the_handle_after_unpatch_is_only_a_read():
+    """A user's read of the handle's .shape after unpatch_fla() raises AttributeError and changes nothing (it was taken
+    for an unbound kernel and locked the cache for good); after patch_fla() the cache decodes as FLA's."""
+    model, ids = tiny_model("gated_deltanet", layers=1), prompt_ids(2, 4)
+    cache, ref = DeltaLogCache(model, merge_interval=3), Cache()
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        model(ids, past_key_values=ref, use_cache=True)
+        unpatch_fla()
+        try:
+            with pytest.raises(AttributeError, match="materialize"):
+                cache[0]["recurrent_state"].shape  # noqa: B018 - the read under test
+        finally:
+            patch_fla()
+        step = prompt_ids(2, 1, seed=5)
+        ours, theirs = (model(step, past_key_values=c, use_cache=True).logits for c in (cache, ref))
+    assert max_abs(ours, theirs) <= 1e-5
+
+
+def test_restoring_a_transformers_cache_after_unpatch_fla_leaves_fla_unbound():
+    """After unpatch_fla() alone, restoring a transformers DeltaLogCache binds the transformers families only."""
+    cache = DeltaLogCache(transformers.Qwen3NextConfig(num_hidden_layers=4))
+    unpatch_fla()
+    try:
+        copy.deepcopy(cache)
+        assert not any(is_fla_patched(f) for f in FAMILIES)
+        assert hf_deltalog.is_patched("qwen3_next")
+    finally:
+        patch_fla()

@@ -338,9 +338,11 @@ _UNPATCHED = {"by_user": False}
 def patch_after_unpickling() -> None:
     """What a cache restored by ``pickle`` / ``torch.load`` / ``copy.deepcopy`` calls: :func:`patch`, unless
     :func:`unpatch` was called since the last :func:`patch` (a deliberate unbinding stays, as for a cache built before
-    it)."""
+    it); after ``unpatch_fla()`` alone, the transformers families only."""
+    from hf_deltalog.patches import fla
+
     if not _UNPATCHED["by_user"]:
-        patch()
+        patch(list(FAMILIES) if fla._UNPATCHED["by_user"] else None)
 
 
 def patch(model_types: str | list[str] | None = None) -> list[str]:
@@ -388,6 +390,10 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
             _ORIGINALS[spec.model_type] = originals
         _patch_generation()
         _UNPATCHED["by_user"] = False
+        if model_types is None:  # every family, FLA's too once FLA is imported
+            from hf_deltalog.patches import fla
+
+            fla._UNPATCHED["by_user"] = False
         return patched_families()
 
 
