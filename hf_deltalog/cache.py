@@ -1667,10 +1667,20 @@ def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interr
         )
     if len(set(tokens.values()) | {held}) > 1 or len(rows) > 1:
         detail = ", ".join(f"layer {i}: {n}" for i, n in tokens.items())
+        order = sorted(tokens)
+        reached = [i for i in order if tokens[i] > 0]
+        # Layers 0..j-1 hold the tokens and every later layer none: also what a model with only j layers leaves in
+        # a cache built for more (a manual forward does not show the model to the cache; generate checks it)
+        fewer = held > 0 and len(rows) <= 1 and 0 < len(reached) < len(order) \
+            and reached == order[:len(reached)] and {tokens[i] for i in reached} == {held}
+        cause = (f"Either the model that ran it has only {len(reached)} layers while this cache was built for a "
+                 f"config with {len(order)} (build the cache from the model that uses it), or an earlier forward "
+                 "stopped part-way through the model (call cache.reset() and run the prompt again)"
+                 if fewer else "An earlier forward stopped part-way through the model; call cache.reset() (or build "
+                 "a new DeltaLogCache) and run the prompt again")
         raise ValueError(
             f"this DeltaLogCache is inconsistent: it reports {held} tokens, its layers hold {detail} (rows: "
-            f"{sorted(rows)}). An earlier forward stopped part-way through the model; call cache.reset() (or build a "
-            "new DeltaLogCache) and run the prompt again"
+            f"{sorted(rows)}). {cause}"
         )
 
 

@@ -657,6 +657,22 @@ def test_a_manual_step_after_a_stopped_forward_is_refused(family, where, layer, 
             assert torch.equal(got, want)
 
 
+def test_a_manual_loop_on_a_model_with_fewer_layers_names_that_cause():
+    """A cache built for 6 layers, run by a 4-layer model of the same family in a manual loop (the cache does not see
+    the model outside generate): the prefill fills layers 0-3, and the next forward was refused with "an earlier
+    forward stopped part-way", which did not name the real cause. The refusal now names both."""
+    config = family_config("qwen3_5", num_hidden_layers=6, layer_types=["linear_attention", "full_attention"] * 3)
+    cache = DeltaLogCache(config, backend="torch")
+    model = tiny_model("qwen3_5")  # 4 layers
+    ids = prompt_ids(2, 5)
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match=r"layer 3: 5, layer 4: 0, layer 5: 0.*the model that ran it has only "
+                                             r"4 layers while this cache was built for a config with 6.*build the "
+                                             r"cache from the model that uses it"):
+            model(ids[:, -1:], past_key_values=cache, use_cache=True)
+
+
 class _Wrapper(torch.nn.Module):
     """A serving / training wrapper that reads layer 0's state before each step of the model it wraps."""
 

@@ -440,6 +440,22 @@ def test_a_manual_step_with_another_number_of_rows_is_refused_before_the_conv(fa
         assert torch.equal(got, model(nxt, past_key_values=clean, use_cache=True).logits)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_manual_loop_on_a_model_with_fewer_layers_names_that_cause(family):
+    """A cache built for a 3-layer model, run by a 2-layer model of the same family in a manual loop (the FLA cache
+    does not see the model outside generate): the next forward after the prefill was refused with "an earlier forward
+    stopped part-way", which did not name the real cause. The refusal now names both."""
+    cache = DeltaLogCache(tiny_model(family, layers=3), backend="triton")
+    model = tiny_model(family, layers=2)
+    ids = prompt_ids(2, 5)
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match=r"layer 1: 5, layer 2: 0.*the model that ran it has only 2 layers while "
+                                             r"this cache was built for a config with 3.*build the cache from the "
+                                             r"model that uses it"):
+            model(ids[:, -1:], past_key_values=cache, use_cache=True)
+
+
 @pytest.mark.parametrize("window_size", [None, 2])
 @pytest.mark.parametrize("rows", [1, 3])
 def test_another_number_of_rows_is_refused_when_an_attention_layer_comes_first(monkeypatch, window_size, rows):
