@@ -33,11 +33,14 @@ dense final state it returns restarts the log.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import json
 import sys
+import threading
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -888,6 +891,39 @@ class FLADeltaLogCache(FLACache):
         self._ledger = consumed.clone() if ok else None  # not a view: the caller may edit the returned ids in place
 
 
+# The caches handed over to their model in the running thread (or asyncio task), innermost last: a generate started
+# inside another one (from a streamer or a stopping criterion) adds its own. Another thread sees its own tuple.
+_HANDED_OVER: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("hf_deltalog_fla_handover", default=())
+_HANDOVER_LOCK = threading.Lock()
+_HANDOVER_USERS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # model -> open handovers
+
+
+def _handed_over(value: Any) -> bool:
+    """Whether ``value`` is a cache handed over to its model in the running thread's :func:`fla_generate_handover`."""
+    return any(value is cache for cache in _HANDED_OVER.get())
+
+
+def _handover_methods(model: Any) -> dict[str, Callable]:
+    """The two instance attributes :func:`fla_generate_handover` gives ``model``. They hold no cache: each call looks
+    the passed cache up among the running thread's handed-over ones, so any other call (another thread's generate,
+    another cache) is handed to the class's own method unchanged."""
+    validate, prepare = type(model)._validate_model_kwargs, type(model).prepare_inputs_for_generation
+
+    def validate_without_cache(model_kwargs: dict[str, Any]) -> None:
+        validate(model, {k: v for k, v in model_kwargs.items() if not (k == "cache" and _handed_over(v))})
+
+    @functools.wraps(model.prepare_inputs_for_generation)  # the kwarg check reads this signature
+    def prepare_with_past_key_values(*a: Any, **kw: Any) -> dict[str, Any]:
+        model_inputs = prepare(model, *a, **kw)
+        if _handed_over(model_inputs.get("cache")) and model_inputs.get("past_key_values") is None:
+            model_inputs["past_key_values"] = model_inputs.pop("cache")
+        return model_inputs
+
+    validate_without_cache.__deltalog_handover__ = prepare_with_past_key_values.__deltalog_handover__ = True
+    return {"_validate_model_kwargs": validate_without_cache,
+            "prepare_inputs_for_generation": prepare_with_past_key_values}
+
+
 @contextlib.contextmanager
 def fla_generate_handover(model: Any, cache: FLACache):
     """Within this context, ``model.generate(..., past_key_values=cache)`` really decodes through ``cache``.
@@ -901,8 +937,14 @@ def fla_generate_handover(model: Any, cache: FLACache):
     reads. Used by :class:`FLADeltaLogCache` (through the generate patch) and, with FLA's own ``Cache``, by the
     default-cache baseline of :class:`hf_deltalog.harness.CachedHFLM`.
 
-    Nothing changes for a model whose signatures name ``cache``, or one that already carries such an adaptation (an
-    instance attribute ``_validate_model_kwargs`` / ``prepare_inputs_for_generation``), nor for other caches.
+    Concurrent and nested calls on one model are safe: the model's two adapted methods are installed by the first
+    open handover and removed by the last one, and they recognise only the caches handed over in the calling thread
+    (a ``contextvars`` variable), so two threads' ``generate`` calls, or a ``generate`` started from a streamer inside
+    another, each decode through their own cache.
+
+    Nothing changes for a model whose signatures name ``cache``, or one that already carries another adaptation (an
+    instance attribute ``_validate_model_kwargs`` / ``prepare_inputs_for_generation`` not installed here), nor for
+    other caches.
 
     Args:
         model: an FLA causal LM (``fla.models``). cache: the FLA ``Cache`` (or :class:`FLADeltaLogCache`) it decodes
@@ -910,25 +952,35 @@ def fla_generate_handover(model: Any, cache: FLACache):
     """
     names = set(inspect.signature(model.prepare_inputs_for_generation).parameters) | set(
         inspect.signature(model.forward).parameters)
-    own = vars(model)
-    if "cache" in names or "_validate_model_kwargs" in own or "prepare_inputs_for_generation" in own:
+    if "cache" in names:
         yield
         return
-    validate, prepare = type(model)._validate_model_kwargs, type(model).prepare_inputs_for_generation
-
-    def validate_without_cache(model_kwargs: dict[str, Any]) -> None:
-        validate(model, {k: v for k, v in model_kwargs.items() if not (k == "cache" and v is cache)})
-
-    @functools.wraps(model.prepare_inputs_for_generation)  # the kwarg check reads this signature
-    def prepare_with_past_key_values(*a: Any, **kw: Any) -> dict[str, Any]:
-        model_inputs = prepare(model, *a, **kw)
-        if model_inputs.get("cache") is cache and model_inputs.get("past_key_values") is None:
-            model_inputs["past_key_values"] = model_inputs.pop("cache")
-        return model_inputs
-
-    model._validate_model_kwargs = validate_without_cache
-    model.prepare_inputs_for_generation = prepare_with_past_key_values
+    with _HANDOVER_LOCK:
+        own = vars(model)
+        present = [own[name] for name in ("_validate_model_kwargs", "prepare_inputs_for_generation") if name in own]
+        if any(not getattr(fn, "__deltalog_handover__", False) for fn in present):
+            foreign = True  # the user's (or another library's) adaptation: left alone
+        else:
+            foreign = False
+            if len(present) < 2:
+                for name, fn in _handover_methods(model).items():
+                    if name not in own:
+                        setattr(model, name, fn)
+            _HANDOVER_USERS[model] = _HANDOVER_USERS.get(model, 0) + 1
+    if foreign:
+        yield
+        return
+    token = _HANDED_OVER.set(_HANDED_OVER.get() + (cache,))
     try:
         yield
     finally:
-        del model._validate_model_kwargs, model.prepare_inputs_for_generation
+        _HANDED_OVER.reset(token)
+        with _HANDOVER_LOCK:
+            left = _HANDOVER_USERS.get(model, 1) - 1
+            if left > 0:
+                _HANDOVER_USERS[model] = left
+            else:
+                _HANDOVER_USERS.pop(model, None)
+                for name in ("_validate_model_kwargs", "prepare_inputs_for_generation"):
+                    if getattr(vars(model).get(name), "__deltalog_handover__", False):
+                        delattr(model, name)

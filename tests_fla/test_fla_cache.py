@@ -253,6 +253,57 @@ def test_patch_is_idempotent_and_revertible():
     patch_fla()
 
 
+FLA_RELOAD_SCRIPT = """
+import importlib, os, sys
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, {tests!r})
+import torch
+from hf_deltalog.interpreter import collapse_autotuners
+collapse_autotuners()
+import fla.layers.gated_deltanet as layer_module
+from helpers import generate_ref, prompt_ids, tiny_model
+import hf_deltalog
+from hf_deltalog import DeltaLogCache
+from hf_deltalog.patches.fla import is_fla_patched, patch_fla, unpatch_fla
+
+patch_fla()
+importlib.reload(layer_module)  # FLA's own kernels in the module's globals again
+assert not is_fla_patched("gated_deltanet")
+hf_deltalog.patch()  # what the unbound-kernel error advises
+assert is_fla_patched("gated_deltanet")
+model, ids = tiny_model("gated_deltanet"), prompt_ids(1, 4)
+kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+with torch.no_grad():
+    out = model.generate(ids, past_key_values=DeltaLogCache(model, backend="torch"), **kw)
+assert torch.equal(out, generate_ref(model, ids, **kw)[0])
+
+ours = layer_module.fused_recurrent_gated_delta_rule
+def mine(*args, **kwargs):  # a rebinding made after patch_fla(), by the user or another library
+    return ours(*args, **kwargs)
+layer_module.fused_recurrent_gated_delta_rule = mine
+unpatch_fla()
+assert layer_module.fused_recurrent_gated_delta_rule is mine  # unpatch_fla() restores only its own dispatchers
+assert not hasattr(layer_module.chunk_gated_delta_rule, "__deltalog_upstream__")
+print("ok")
+"""
+
+
+def test_patch_fla_follows_the_module_globals_after_a_reload(tmp_path):
+    """After importlib.reload of an FLA layer module, patch_fla() did nothing and is_fla_patched() said True (the
+    bookkeeping said so) while the module held FLA's own kernels again: generate with a DeltaLogCache failed with the
+    unbound-kernel error, whose advice (hf_deltalog.patch()) did not help. unpatch_fla() also wrote its saved originals
+    over whatever was bound by then. Now both read the module's globals, as the transformers side does. Runs in a
+    subprocess: a reload redefines the module's classes for the rest of the process."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "fla_reload.py"
+    script.write_text(FLA_RELOAD_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fla_cache_runs_fla_unchanged_when_patched(family):
     """With FLA's own cache the patched symbols call FLA's kernels with the same arguments: bit-identical logits."""

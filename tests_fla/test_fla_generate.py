@@ -527,3 +527,99 @@ def test_a_forward_with_use_cache_false_is_refused(family):
         with pytest.raises(ValueError, match=r"cache\.reset\(\)"):
             model(nxt, past_key_values=cache, use_cache=True)
     assert_matches_fla_after_reset(model, ids, cache)
+
+
+class _PausingStreamer(BaseStreamer):
+    """At its ``at``-th ``put`` (1: the prompt), sets ``reached`` and waits for ``resume``."""
+
+    def __init__(self, at: int, reached, resume):
+        self.calls, self.at, self.reached, self.resume = 0, at, reached, resume
+
+    def put(self, value):
+        self.calls += 1
+        if self.calls == self.at:
+            self.reached.set()
+            assert self.resume.wait(300), "the other generate did not get there"
+
+    def end(self):
+        pass
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("first_done", ["first", "second"])
+def test_two_threads_generate_on_one_model_each_through_their_own_cache(monkeypatch, family, first_done):
+    """Two threads' generate calls on one FLA model overlap (a serving pattern). The cache hand-over was model
+    state: the second call ran with the first call's adaptation, which knew only the first cache, and failed with
+    "model_kwargs are not used by the model: ['cache']"; in the race between its check and its install, a call
+    decoded silently without its cache (FLA built an empty one at every step: other tokens, logits 0.68 off), and
+    the first call to finish removed the other's adaptation. Now both calls give FLA's own cache's tokens, whichever
+    finishes first. (The forwards are serialised by a lock only because Triton's interpreter is not thread-safe;
+    the generate calls still interleave step by step.)"""
+    import threading
+
+    model = tiny_model(family)
+    ids = [prompt_ids(1, 4, seed=s) for s in (1, 2)]
+    kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=PAD)
+    refs = [generate_ref(model, i, **kw)[0] for i in ids]
+    lock, forward = threading.Lock(), model.model.forward
+
+    def serialised(*args, **kwargs):
+        with lock:
+            return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model.model, "forward", serialised)
+    a_mid, b_mid, a_go, b_go = (threading.Event() for _ in range(4))
+    # thread A pauses mid-generate until B is mid-generate too; then one of them runs to its end before the other
+    # goes on
+    streamers = [_PausingStreamer(3, a_mid, a_go), _PausingStreamer(3, b_mid, b_go)]
+    out = [None, None]
+
+    def run(k):
+        try:
+            out[k] = generate_ours(model, ids[k], DeltaLogCache(model, backend="torch", merge_interval=2),
+                                   streamer=streamers[k], **kw)
+        except Exception as error:  # noqa: BLE001 - reported below
+            out[k] = error
+        finally:  # never leave the other threads waiting on one that has ended
+            (a_mid if k == 0 else b_mid).set()
+            (b_go if k == 0 else a_go).set()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+    threads[0].start()
+    assert a_mid.wait(300)
+    threads[1].start()
+    assert b_mid.wait(300)
+    (a_go if first_done == "first" else b_go).set()
+    for thread in threads:
+        thread.join(300)
+    assert not any(thread.is_alive() for thread in threads)
+    for k in (0, 1):
+        assert isinstance(out[k], torch.Tensor), out[k]
+        assert torch.equal(out[k], refs[k])
+    assert not {"_validate_model_kwargs", "prepare_inputs_for_generation"} & set(vars(model))
+
+
+def test_a_generate_started_from_a_streamer_decodes_through_its_own_cache():
+    """A generate on the same model started inside another one (from its streamer, one thread) failed with
+    "model_kwargs are not used by the model: ['cache']": it found the outer call's adaptation and did not hand its
+    own cache over. Both now give FLA's own cache's tokens."""
+    model = tiny_model("gated_deltanet")
+    ids = [prompt_ids(1, 4, seed=s) for s in (1, 2)]
+    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=PAD)
+    refs = [generate_ref(model, i, **kw)[0] for i in ids]
+    inner = {}
+
+    class Nested(BaseStreamer):
+        calls = 0
+
+        def put(self, value):
+            Nested.calls += 1
+            if Nested.calls == 2:
+                inner["out"] = generate_ours(model, ids[1], DeltaLogCache(model, backend="torch"), **kw)
+
+        def end(self):
+            pass
+
+    outer = generate_ours(model, ids[0], DeltaLogCache(model, backend="torch"), streamer=Nested(), **kw)
+    assert torch.equal(outer, refs[0]) and torch.equal(inner["out"], refs[1])
+    assert not {"_validate_model_kwargs", "prepare_inputs_for_generation"} & set(vars(model))

@@ -18,9 +18,12 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from hf_deltalog.patches.registry import _ours, _upstream_of
 
 __all__ = [
     "FLA_FAMILIES",
@@ -192,15 +195,17 @@ def patch_fla(model_types: str | list[str] | None = None) -> list[str]:
     specs = [_resolve(name) for name in names]
     with _LOCK:
         for spec in specs:
-            if spec.model_type in _ORIGINALS:
+            if spec.model_type in _ORIGINALS and _bound(spec):
                 continue
+            # Not patched, or the module's globals no longer hold the dispatchers (the module was reloaded, or
+            # something rebound them): bind what the module holds now.
             module = _import_layer_module(spec)
-            originals = {spec.recurrent: getattr(module, spec.recurrent), spec.chunk: getattr(module, spec.chunk)}
+            originals = {name: _upstream_of(getattr(module, name)) for name in (spec.recurrent, spec.chunk)}
             setattr(module, spec.recurrent, _dispatcher(originals[spec.recurrent], spec, multi_token=False))
             setattr(module, spec.chunk, _dispatcher(originals[spec.chunk], spec, multi_token=True))
             _ORIGINALS[spec.model_type] = originals
         _UNPATCHED["by_user"] = False
-        return sorted(_ORIGINALS)
+        return sorted(model_type for model_type in _ORIGINALS if _bound(FLA_FAMILIES[model_type]))
 
 
 def unpatch_fla() -> None:
@@ -215,12 +220,20 @@ def unpatch_fla() -> None:
     with _LOCK:
         _UNPATCHED["by_user"] = True
         for model_type, originals in list(_ORIGINALS.items()):
-            module = importlib.import_module(FLA_FAMILIES[model_type].module)
+            module = sys.modules.get(FLA_FAMILIES[model_type].module)
             for name, fn in originals.items():
-                setattr(module, name, fn)
+                if _ours(getattr(module, name, None)):  # what was bound after patch_fla() (a reload, a rebinding) stays
+                    setattr(module, name, fn)
             del _ORIGINALS[model_type]
 
 
 def is_fla_patched(model_type: str) -> bool:
     """Whether FLA's ``model_type`` layers currently run the DeltaLog binding."""
-    return _resolve(model_type).model_type in _ORIGINALS
+    spec = _resolve(model_type)
+    return spec.model_type in _ORIGINALS and _bound(spec)
+
+
+def _bound(spec: FLAFamilySpec) -> bool:
+    """Whether the family's layer module (if imported) holds the dispatchers in both globals."""
+    module = sys.modules.get(spec.module)
+    return module is not None and all(_ours(getattr(module, name, None)) for name in (spec.recurrent, spec.chunk))
