@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 
 from hf_deltalog import DeltaLogCache  # noqa: E402
 from hf_deltalog.graph import graph_generate  # noqa: E402
+from hf_deltalog.interpreter import hide_fla_on_cpu  # noqa: E402
 
 CHECKPOINTS = {"gdn": (HERE / "checkpoints" / "gdn-shakespeare", 8),
                "kda": (HERE / "checkpoints" / "kda-shakespeare", 4)}
@@ -164,6 +165,7 @@ def main(argv=None) -> list[dict]:
     a = p.parse_args(argv)
     if a.smoke:
         a.batch, a.prompt_len, a.new_tokens = 2, 8, 5
+        hide_fla_on_cpu("cpu")  # with the `fla` extra: transformers' PyTorch paths on the CPU (hf_deltalog.interpreter)
     elif torch.cuda.device_count() < 2:
         raise SystemExit(f"needs two CUDA devices; found {torch.cuda.device_count()}")
     warnings.filterwarnings("ignore")

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.generation.streamers import BaseStreamer
 
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.interpreter import hide_fla_on_cpu
@@ -36,23 +37,34 @@ PROMPTS = [
 ]
 
 
+class _StepClock(BaseStreamer):
+    """Records when generate hands over each step's tokens: the prompt first, then one call per generated token."""
+
+    def __init__(self):
+        self.times = []
+
+    def put(self, value):
+        self.times.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+
 def timed_generate(model, inputs, cache, new_tokens: int, repeats: int):
     """Greedy generate; returns (sequences, [ms per output token of the decode phase, prefill excluded] per repeat).
 
-    The decode time is (time of a full generate − time of a one-token generate) / (new_tokens − 1), both after an
-    untimed warm-up call, so that one-time setup (lazy initialisation on the first call) is charged to neither."""
+    The decode time is the time from the first generated token to the last, over the ``new_tokens − 1`` decode steps
+    between them (read in one call, through a streamer: no subtraction of separately timed calls, so scheduler noise
+    cannot make it negative), after an untimed warm-up call that takes one-time setup (lazy initialisation)."""
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     times = []
     with torch.no_grad():
         model.generate(**inputs, cache=cache() if cache else None, max_new_tokens=2, do_sample=False)  # warm-up
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.generate(**inputs, cache=cache() if cache else None, max_new_tokens=1, do_sample=False)
-            prefill = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            out = model.generate(**inputs, cache=cache() if cache else None, **kw)
-            total = time.perf_counter() - t0
-            times.append(1e3 * (total - prefill) / (new_tokens - 1))
+            clock = _StepClock()
+            out = model.generate(**inputs, cache=cache() if cache else None, streamer=clock, **kw)
+            first, last = clock.times[1], clock.times[-1]  # [0]: the prompt; [1]: the prefill's token
+            times.append(1e3 * (last - first) / (new_tokens - 1))
     return out, times
 
 
@@ -71,6 +83,10 @@ def main() -> None:
     if args.new_tokens < 2 or args.repeats < 1:
         parser.error("--new-tokens must be at least 2 (the decode time is per token after the first) and --repeats "
                      "at least 1")
+    if args.merge_interval is not None and not 1 <= args.merge_interval <= 1024:
+        parser.error(f"--merge-interval must be an integer in [1, 1024] (DeltaLogCache's range); got {args.merge_interval}")
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this machine has no CUDA device (torch {torch.__version__}); use --device cpu")
     if is_fla_checkpoint(str(args.model)):
         parser.error(f"{args.model} is a flash-linear-attention checkpoint; the quickstart runs transformers "
                      "checkpoints (compare FLA's with eval/lm_eval_parity.py or eval/gpu_generate_check_fla.py)")

@@ -1237,11 +1237,13 @@ class DeltaLogCache(DynamicCache):
                              "before generating with a DeltaLogCache")
         check_kernel_dtype(self.backend, model, "backend='torch' (or 'auto', which picks it)")
         on_cpu = param is not None and param.device.type == "cpu"
-        if on_cpu and not interpreting() and runs_fla_kernels(self.model_type):
+        if on_cpu and runs_fla_kernels(self.model_type):
             raise ValueError(
                 "this model runs on the CPU, but transformers bound its linear-attention layers to flash-linear-"
-                "attention's Triton kernels (FLA is installed), which need a GPU and fail here ('0 active drivers'), "
-                "with any cache. Call hf_deltalog.interpreter.hide_fla_on_cpu('cpu') before transformers imports the "
+                "attention's Triton kernels (FLA is installed), which need a GPU and fail here with any cache ("
+                + ("under TRITON_INTERPRET=1 FLA's chunked prefill kernels do not run in Triton's interpreter" if
+                   interpreting() else "'0 active drivers'")
+                + "). Call hf_deltalog.interpreter.hide_fla_on_cpu('cpu') before transformers imports the "
                 "model's modeling module (i.e. before loading the model) to use transformers' PyTorch paths, or "
                 "uninstall flash-linear-attention, or run on a GPU"
             )

@@ -69,24 +69,24 @@ def fused_recurrent_under_interpreter(model) -> int:
 
 def hide_fla() -> None:
     """Make ``import fla`` fail in this process, so that transformers' GDN / KDA layers take their PyTorch paths (what
-    :func:`hide_fla_on_cpu` does on a CPU). Unconditional: the ``--cpu-smoke`` modes of the eval scripts call it for
-    transformers' models under the interpreter too, which cannot run FLA's chunked kernels. Call it before
-    transformers imports the model's modeling module."""
+    :func:`hide_fla_on_cpu` does on a CPU). Unconditional. Call it before transformers imports the model's modeling
+    module."""
     sys.modules["fla"] = None
 
 
 def hide_fla_on_cpu(device: str | torch.device) -> bool:
-    """On a CPU run without ``TRITON_INTERPRET=1``: make ``import fla`` fail in this process, so that transformers'
-    GDN / KDA layers take their PyTorch paths, and return True; otherwise change nothing and return False.
+    """On a CPU run: make ``import fla`` fail in this process, so that transformers' GDN / KDA layers take their
+    PyTorch paths, and return True; otherwise change nothing and return False.
 
     Why: with flash-linear-attention and triton both installed (the ``fla`` extra), transformers binds its GDN and KDA
     layers to FLA's Triton kernels when their modeling modules are imported, and those kernels fail on a machine
-    without a GPU ("0 active drivers"). ``tests/conftest.py`` hides FLA the same way. Call it before the model is
-    built; FLA's own model classes (RWKV6, ...) then cannot load in this process (run them in another one, with FLA's
-    PyTorch references or under the interpreter). Nothing is hidden when FLA is not installed, on a GPU, or under the
-    interpreter (where FLA's kernels run, slowly).
+    without a GPU ("0 active drivers"), and under ``TRITON_INTERPRET=1`` too (FLA's chunked prefill kernels do not run
+    in Triton's interpreter; hf_deltalog's own Triton kernels do, so ``backend='triton'`` still runs there).
+    ``tests/conftest.py`` hides FLA the same way. Call it before the model is built; FLA's own model classes (RWKV6,
+    ...) then cannot load in this process (run them in another one, with FLA's PyTorch references or under the
+    interpreter). Nothing is hidden when FLA is not installed, or on a GPU.
     """
-    if torch.device(device).type != "cpu" or interpreting():
+    if torch.device(device).type != "cpu":
         return False
     if sys.modules.get("fla", False) is None:
         return True  # hidden already

@@ -7,9 +7,9 @@ imported in the same process. This entry imports it, then hands the arguments to
         --model_args pretrained=eval/checkpoints/gdn-shakespeare,cache=deltalog,deltalog_backend=torch \\
         --tasks shakespeare_next_line_mc --include_path eval/tasks --device cpu --batch_size 4 --limit 8
 
-On a CPU without ``TRITON_INTERPRET=1`` it first hides flash-linear-attention from transformers for a transformers
-checkpoint (:func:`hf_deltalog.interpreter.hide_fla_on_cpu`: FLA's kernels need a GPU), as ``eval/lm_eval_parity.py``
-does. For flash-linear-attention's own checkpoints (RWKV6, ...) it imports ``fla`` so that their model types load;
+On a CPU it first hides flash-linear-attention from transformers for a transformers checkpoint
+(:func:`hf_deltalog.interpreter.hide_fla_on_cpu`: FLA's kernels need a GPU, and its chunked kernels do not run under
+``TRITON_INTERPRET=1`` either), as ``eval/lm_eval_parity.py`` does. For flash-linear-attention's own checkpoints (RWKV6, ...) it imports ``fla`` so that their model types load;
 on a CPU those need ``TRITON_INTERPRET=1`` (FLA's kernels then run interpreted, with each autotuner cut to one
 config: slow, about a minute per multiple-choice document of the bundled RWKV6 checkpoint); without it the entry
 exits with a message. ``eval/lm_eval_parity.py`` runs both caches side by side and compares them (on a CPU it swaps in
@@ -36,13 +36,41 @@ def _option(argv: list[str], name: str) -> str | None:
     return value
 
 
-def _pretrained(model_args: str | None) -> str | None:
-    """``pretrained=...`` of an lm-eval ``--model_args`` string (``key=value`` pairs separated by commas)."""
-    for pair in (model_args or "").split(","):
-        key, _, value = pair.partition("=")
-        if key.strip() == "pretrained":
-            return value.strip()
-    return None
+def _model_args(argv: list[str]) -> list[str]:
+    """The values of every ``--model_args`` / ``-a`` in ``argv``: lm-eval takes one or more after the flag (up to the
+    next option), or ``--model_args=VALUE``."""
+    values, taking = [], False
+    for arg in argv:
+        if arg in ("--model_args", "-a"):
+            taking = True
+        elif arg.startswith("--model_args="):
+            values.append(arg[len("--model_args="):])
+            taking = False
+        elif taking and not arg.startswith("-"):
+            values.append(arg)
+        else:
+            taking = False
+    return values
+
+
+def _pretrained(model_args: str | list[str] | None) -> str | None:
+    """``pretrained`` of lm-eval ``--model_args`` values (the last one given): ``key=value`` pairs separated by commas,
+    or a JSON object (which lm-eval's CLI takes too)."""
+    found = None
+    for text in [model_args] if isinstance(model_args, str) else (model_args or []):
+        text = text.strip()
+        if text.startswith("{"):
+            try:
+                value = json.loads(text).get("pretrained")
+            except (ValueError, AttributeError):
+                continue  # lm-eval reports the malformed argument itself
+            found = found if value is None else str(value)
+            continue
+        for pair in text.split(","):
+            key, _, value = pair.partition("=")
+            if key.strip() == "pretrained":
+                found = value.strip()
+    return found
 
 
 def is_fla_checkpoint(pretrained: str | None) -> bool:
@@ -65,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     device = _option(argv, "--device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    pretrained = _pretrained(_option(argv, "--model_args"))
+    pretrained = _pretrained(_model_args(argv))
     if is_fla_checkpoint(pretrained):
         if torch.device(device).type == "cpu" and not interpreting():
             raise SystemExit(

@@ -254,3 +254,19 @@ def test_lm_eval_command_line_with_hf_cached(tmp_path):
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "hf-cached" in done.stdout and "shakespeare_next_line_mc" in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model_args", "pretrained=ckpt/x,cache=deltalog"],
+    ["--model_args=cache=deltalog,pretrained=ckpt/x"],
+    ["--model_args", "cache=deltalog", "pretrained=ckpt/x", "--tasks", "t"],  # lm-eval takes several values
+    ["-a", "pretrained=ckpt/x"],
+    ["--model_args", '{"pretrained": "ckpt/x", "cache": "deltalog"}'],  # and a JSON object
+])
+def test_lm_eval_cli_finds_pretrained_in_every_model_args_form(argv):
+    """The entry decides from `pretrained` whether to import FLA (an FLA checkpoint) or hide it (a transformers one).
+    It read only `key=value` pairs in the first value after --model_args: with a JSON object (or the checkpoint in a
+    later value) an FLA checkpoint failed inside transformers ("does not recognize model type rwkv6"; 31st review)."""
+    from hf_deltalog.lm_eval_cli import _model_args, _pretrained
+
+    assert _pretrained(_model_args(["--model", "hf-cached", *argv])) == "ckpt/x"

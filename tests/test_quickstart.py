@@ -1,16 +1,17 @@
 """The README's first command: examples/quickstart.py runs on the bundled checkpoint, both caches give the same tokens,
 and the decode times it prints are positive.
 
-The quickstart subtracts a one-token generate from a full one. Without its warm-up call, the first of them carried the
-first call's setup, and in a fresh environment (no bytecode caches yet) the default cache's time came out negative;
-a warm test process does not show that setup cost, so this test checks the printed values, and the fresh-environment
-run of the README is part of the release check."""
+The quickstart reads the decode time within one generate call (a streamer's timestamps from the first generated token
+to the last), after an untimed warm-up call. It used to subtract a separately timed one-token generate from a full one,
+which printed negative times when the one-token call carried the first call's setup or a loaded CPU's noise."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 from pathlib import Path
+
+import torch
 
 from conftest import python_script_command
 
@@ -37,7 +38,36 @@ def test_quickstart_refuses_bad_options_and_fla_checkpoints():
     review). Both now exit with argparse's message."""
     ckpt = SCRIPT.parents[1] / "eval" / "checkpoints" / "rwkv6-shakespeare"
     for args, message in ((["--new-tokens", "1"], "--new-tokens must be at least 2"),
-                          (["--model", str(ckpt)], "is a flash-linear-attention checkpoint")):
+                          (["--model", str(ckpt)], "is a flash-linear-attention checkpoint"),
+                          (["--merge-interval", "0"], "--merge-interval must be an integer in [1, 1024]")):
         run = subprocess.run(python_script_command(SCRIPT, *args, "--device", "cpu"), capture_output=True, text=True,
                              timeout=600)
         assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+
+
+def test_quickstart_decode_time_is_read_within_one_call(monkeypatch):
+    """The decode time was (a full generate − a separately timed one-token generate) / (new tokens − 1): on a loaded
+    CPU the one-token call could take longer than the full one and the quickstart printed negative times (31st
+    review). It is now read within one call, from the first generated token to the last (a streamer's timestamps):
+    a slow one-token call no longer enters it, and it cannot be negative."""
+    import importlib.util
+    import time
+
+    from utils import prompt_ids, tiny_model
+
+    spec = importlib.util.spec_from_file_location("quickstart", SCRIPT)
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    model = tiny_model("qwen3_5")
+    generate = type(model).generate
+
+    def slow_one_token_calls(self, *args, **kwargs):
+        if kwargs.get("max_new_tokens") == 1:
+            time.sleep(1.0)
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "generate", slow_one_token_calls)
+    inputs = dict(input_ids=prompt_ids(2, 5), attention_mask=torch.ones(2, 5, dtype=torch.long))
+    out, times = quickstart.timed_generate(model, inputs, None, new_tokens=4, repeats=2)
+    assert out.shape == (2, 9) and len(times) == 2
+    assert all(0 < t < 500 for t in times), times
