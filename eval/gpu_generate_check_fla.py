@@ -82,7 +82,8 @@ def check_family(family: str, a, device) -> list[dict]:
                     ref = model.generate(ids, past_key_values=reference_cache, **kw)
                 t_ref = time.perf_counter() - t0
                 log(f"{what}: DeltaLogCache generate ...")
-                cache = DeltaLogCache(model, merge_interval=M, stagger_merges=a.stagger_merges)
+                cache = DeltaLogCache(model, merge_interval=M, backend="triton" if a.cpu_smoke else "auto",
+                                      stagger_merges=a.stagger_merges)  # the smoke runs the interpreted kernels
                 t0 = time.perf_counter()
                 out = model.generate(ids, past_key_values=cache, **kw)
                 t_ours = time.perf_counter() - t0

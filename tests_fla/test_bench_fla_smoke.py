@@ -37,6 +37,8 @@ def test_gpu_generate_check_fla_cpu_smoke():
     spec.loader.exec_module(check)
     rows = check.main(["--cpu-smoke", "--families", "rwkv6", "--new-tokens", "3"])
     assert [r["merge_interval"] for r in rows] == [None, 2]
+    # hf_deltalog's Triton kernels, interpreted (the smoke ran the PyTorch backend: 31st review)
+    assert all(r["backends"] == ["triton"] for r in rows), [r["backends"] for r in rows]
     assert all(r["identical"] and r["max_abs_logit_diff_while_tokens_agree"] <= 1e-4 for r in rows)
     assert all(r["reference_vs_full_forward_max_abs_logit_diff"] <= 1e-4 for r in rows)
 
@@ -53,6 +55,7 @@ def test_gpu_generate_check_fla_runs_and_dtypes_cpu_smoke():
     assert [(r["family"], r["dtype"], r["batch"], r["merge_interval"], r["staggered"]) for r in rows] == [
         ("kda", "torch.bfloat16", 3, 2, [True])]
     assert rows[0]["effective_merge_interval"] == [2] and rows[0]["reference_vs_full_forward_max_abs_logit_diff"] is None
+    assert rows[0]["backends"] == ["triton"]
     assert rows[0]["identical"] == (rows[0]["first_differing_step"] is None)
     assert rows[0]["max_abs_logit_diff_while_tokens_agree"] < 0.1  # bf16 logits of a tiny model
 
