@@ -293,3 +293,41 @@ def test_staggered_and_aligned_merges_give_the_default_cache_tokens(family):
         DeltaLogCache(model, stagger_merges=None)
     with pytest.raises(TypeError, match="stagger_merges must be True or False"):
         DeltaLogLayer(cache.deltalog_layers[0].spec, (2, 4, 8, 16), 4, "torch", layer_idx=0, stagger_merges="no")
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+def test_threads_decoding_one_model_each_through_their_own_cache(family):
+    """A serving pattern: several threads call generate on one model at once, each with its own cache (two
+    DeltaLogCaches of different M and a DynamicCache). The patches hold no per-call state, so each thread must get
+    the tokens and logits it gets alone (found so by the 32nd review; this keeps it so)."""
+    import threading
+
+    model = tiny_model(family)
+    ids = [prompt_ids(2, 5, seed=s) for s in (1, 2, 3)]
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=PAD, return_dict_in_generate=True, output_logits=True)
+
+    def caches():
+        return [DeltaLogCache(model, backend="torch", merge_interval=2), DeltaLogCache(model, backend="torch",
+                merge_interval=3), DynamicCache(config=model.config)]
+
+    with torch.no_grad():
+        alone = [model.generate(i, cache=c, **kw) for i, c in zip(ids, caches())]
+    start, out = threading.Barrier(3), [None] * 3
+
+    def run(k, cache):
+        start.wait()
+        try:
+            with torch.no_grad():
+                out[k] = model.generate(ids[k], cache=cache, **kw)
+        except Exception as error:  # noqa: BLE001 - reported below
+            out[k] = error
+
+    threads = [threading.Thread(target=run, args=(k, c)) for k, c in enumerate(caches())]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    for got, want in zip(out, alone):
+        assert not isinstance(got, Exception), got
+        assert torch.equal(got.sequences, want.sequences)
+        assert max(max_abs(a, b) for a, b in zip(got.logits, want.logits)) <= 1e-6
