@@ -33,7 +33,6 @@ dense final state it returns restarts the log.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import inspect
 import json
@@ -885,43 +884,75 @@ class FLADeltaLogCache(FLACache):
         beam search nothing, and the cache is marked as not continuable until ``reset()``)."""
         self._after_beams = bool(beams)
         self._stopped_generate = None
-        sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+        if sequences is not None and self.get_seq_length() == 0:
+            raise RuntimeError(
+                "generate returned without decoding through this DeltaLogCache (it holds no token): the model did not "
+                "receive it as past_key_values, so FLA decoded without a cache and the returned tokens are not cached "
+                "decoding's. An instance attribute prepare_inputs_for_generation (or _validate_model_kwargs) set on "
+                "the model bypasses hf_deltalog's hand-over; remove it, or pass the cache through FLA's own API")
+        sequences = None if beams else sequences
         consumed = None if sequences is None else sequences[:, :-1]
         ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())
         self._ledger = consumed.clone() if ok else None  # not a view: the caller may edit the returned ids in place
 
 
-# The caches handed over to their model in the running thread (or asyncio task), innermost last: a generate started
-# inside another one (from a streamer or a stopping criterion) adds its own. Another thread sees its own tuple.
-_HANDED_OVER: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("hf_deltalog_fla_handover", default=())
+# The caches handed over to each model (while a handover is open), and the class hooks that hand them over. The hooks
+# are installed on a model's class while some handover of a model of that class is open, and removed by the last.
 _HANDOVER_LOCK = threading.Lock()
-_HANDOVER_USERS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # model -> open handovers
+_HANDED: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()  # model -> its handed caches
+_CLASS_HOOKS: dict[type, tuple[int, dict[str, tuple[bool, Any]]]] = {}  # class -> (open handovers, {name: own attr})
+_HOOK_NAMES = ("_validate_model_kwargs", "prepare_inputs_for_generation")
+_HOOKS: weakref.WeakSet = weakref.WeakSet()  # the hook functions (by identity: a copy of their attributes is not one)
 
 
-def _handed_over(value: Any) -> bool:
-    """Whether ``value`` is a cache handed over to its model in the running thread's :func:`fla_generate_handover`."""
-    return any(value is cache for cache in _HANDED_OVER.get())
+def _handed_to(model: Any, value: Any) -> bool:
+    """Whether ``value`` is a cache handed over to ``model`` by an open :func:`fla_generate_handover`."""
+    return value is not None and any(value is cache for cache in _HANDED.get(model, ()))
 
 
-def _handover_methods(model: Any) -> dict[str, Callable]:
-    """The two instance attributes :func:`fla_generate_handover` gives ``model``. They hold no cache: each call looks
-    the passed cache up among the running thread's handed-over ones, so any other call (another thread's generate,
-    another cache) is handed to the class's own method unchanged."""
-    validate, prepare = type(model)._validate_model_kwargs, type(model).prepare_inputs_for_generation
+def _hook_class(cls: type) -> None:
+    """Install the hand-over hooks on ``cls`` (or count one more open handover). Under ``_HANDOVER_LOCK``."""
+    opened, saved = _CLASS_HOOKS.get(cls, (0, None))
+    if saved is not None and all(cls.__dict__.get(name) in _HOOKS for name in _HOOK_NAMES):
+        _CLASS_HOOKS[cls] = (opened + 1, saved)
+        return
+    validate, prepare = cls._validate_model_kwargs, cls.prepare_inputs_for_generation
 
-    def validate_without_cache(model_kwargs: dict[str, Any]) -> None:
-        validate(model, {k: v for k, v in model_kwargs.items() if not (k == "cache" and _handed_over(v))})
+    @functools.wraps(validate)
+    def _validate_model_kwargs(self, model_kwargs: dict[str, Any]) -> None:
+        if _HANDED.get(self):
+            model_kwargs = {k: v for k, v in model_kwargs.items() if not (k == "cache" and _handed_to(self, v))}
+        return validate(self, model_kwargs)
 
-    @functools.wraps(model.prepare_inputs_for_generation)  # the kwarg check reads this signature
-    def prepare_with_past_key_values(*a: Any, **kw: Any) -> dict[str, Any]:
-        model_inputs = prepare(model, *a, **kw)
-        if _handed_over(model_inputs.get("cache")) and model_inputs.get("past_key_values") is None:
+    @functools.wraps(prepare)  # the kwarg check reads this signature
+    def prepare_inputs_for_generation(self, *a: Any, **kw: Any) -> dict[str, Any]:
+        model_inputs = prepare(self, *a, **kw)
+        if _handed_to(self, model_inputs.get("cache")) and model_inputs.get("past_key_values") is None:
             model_inputs["past_key_values"] = model_inputs.pop("cache")
         return model_inputs
 
-    validate_without_cache.__deltalog_handover__ = prepare_with_past_key_values.__deltalog_handover__ = True
-    return {"_validate_model_kwargs": validate_without_cache,
-            "prepare_inputs_for_generation": prepare_with_past_key_values}
+    saved = {name: (name in cls.__dict__, cls.__dict__.get(name)) for name in _HOOK_NAMES}
+    for name, hook in zip(_HOOK_NAMES, (_validate_model_kwargs, prepare_inputs_for_generation)):
+        _HOOKS.add(hook)
+        setattr(cls, name, hook)
+    _CLASS_HOOKS[cls] = (opened + 1, saved)
+
+
+def _unhook_class(cls: type) -> None:
+    """Count one open handover less on ``cls``; the last one restores what the class held (only where the hooks are
+    still bound: a later rebinding stays). Under ``_HANDOVER_LOCK``."""
+    opened, saved = _CLASS_HOOKS.get(cls, (1, {}))
+    if opened > 1:
+        _CLASS_HOOKS[cls] = (opened - 1, saved)
+        return
+    _CLASS_HOOKS.pop(cls, None)
+    for name, (had, own) in saved.items():
+        if cls.__dict__.get(name) in _HOOKS:
+            if had:
+                setattr(cls, name, own)
+            else:
+                delattr(cls, name)
 
 
 @contextlib.contextmanager
@@ -937,14 +968,13 @@ def fla_generate_handover(model: Any, cache: FLACache):
     reads. Used by :class:`FLADeltaLogCache` (through the generate patch) and, with FLA's own ``Cache``, by the
     default-cache baseline of :class:`hf_deltalog.harness.CachedHFLM`.
 
-    Concurrent and nested calls on one model are safe: the model's two adapted methods are installed by the first
-    open handover and removed by the last one, and they recognise only the caches handed over in the calling thread
-    (a ``contextvars`` variable), so two threads' ``generate`` calls, or a ``generate`` started from a streamer inside
-    another, each decode through their own cache.
-
-    Nothing changes for a model whose signatures name ``cache``, or one that already carries another adaptation (an
-    instance attribute ``_validate_model_kwargs`` / ``prepare_inputs_for_generation`` not installed here), nor for
-    other caches.
+    How: the model's class gets two hooks (``_validate_model_kwargs``, ``prepare_inputs_for_generation``) while some
+    handover of a model of that class is open; the last one to close restores the class. They act only on the
+    caches handed over to that model (by identity), so calls with any other cache, other models of the class, and
+    instance attributes a user set on the model (they take precedence) are handed to the original methods unchanged.
+    Several handovers may be open at once, on one model or several, in one thread or several (a ``generate`` run in
+    another thread inside the context, as with a ``TextIteratorStreamer``, is covered too). Nothing is set on the model
+    itself, so copies of it (``copy.deepcopy``, pickling) carry nothing of this.
 
     Args:
         model: an FLA causal LM (``fla.models``). cache: the FLA ``Cache`` (or :class:`FLADeltaLogCache`) it decodes
@@ -955,32 +985,21 @@ def fla_generate_handover(model: Any, cache: FLACache):
     if "cache" in names:
         yield
         return
+    cls = type(model)
     with _HANDOVER_LOCK:
-        own = vars(model)
-        present = [own[name] for name in ("_validate_model_kwargs", "prepare_inputs_for_generation") if name in own]
-        if any(not getattr(fn, "__deltalog_handover__", False) for fn in present):
-            foreign = True  # the user's (or another library's) adaptation: left alone
-        else:
-            foreign = False
-            if len(present) < 2:
-                for name, fn in _handover_methods(model).items():
-                    if name not in own:
-                        setattr(model, name, fn)
-            _HANDOVER_USERS[model] = _HANDOVER_USERS.get(model, 0) + 1
-    if foreign:
-        yield
-        return
-    token = _HANDED_OVER.set(_HANDED_OVER.get() + (cache,))
+        _hook_class(cls)
+        _HANDED[model] = _HANDED.get(model, ()) + (cache,)
     try:
         yield
     finally:
-        _HANDED_OVER.reset(token)
         with _HANDOVER_LOCK:
-            left = _HANDOVER_USERS.get(model, 1) - 1
-            if left > 0:
-                _HANDOVER_USERS[model] = left
+            held = list(_HANDED.get(model, ()))
+            for i, handed in enumerate(held):
+                if handed is cache:
+                    del held[i]
+                    break
+            if held:
+                _HANDED[model] = tuple(held)
             else:
-                _HANDOVER_USERS.pop(model, None)
-                for name in ("_validate_model_kwargs", "prepare_inputs_for_generation"):
-                    if getattr(vars(model).get(name), "__deltalog_handover__", False):
-                        delattr(model, name)
+                _HANDED.pop(model, None)
+            _unhook_class(cls)

@@ -252,3 +252,38 @@ def test_patch_after_unpatch_lets_a_restored_fla_cache_bind_again(clean):
     assert fla._UNPATCHED["by_user"]
     hf_deltalog.patch()
     assert not fla._UNPATCHED["by_user"]
+
+
+def test_a_wraps_wrapper_of_a_dispatcher_is_a_third_party_rebinding():
+    """A third party's functools.wraps wrapper of a bound dispatcher (instrumentation) copies its
+    __deltalog_upstream__ attribute, and was taken for a dispatcher: unpatch() replaced it with upstream's function and
+    patch() unwrapped it (33rd review). Dispatchers are known by identity now: unpatch() keeps the wrapper, and the
+    next patch() wraps it (a DeltaLog step replaces the call; any other goes through the wrapper), and generate
+    matches DynamicCache."""
+    import functools
+
+    hf_deltalog.patch(["qwen3_5"])
+    module = importlib.import_module(FAMILIES["qwen3_5_text"].module)
+    name = FAMILIES["qwen3_5_text"].recurrent
+    ours = getattr(module, name)
+
+    @functools.wraps(ours)
+    def instrumented(*args, **kwargs):
+        return ours(*args, **kwargs)
+
+    original = upstream_functions()[(module.__name__, name)]
+    setattr(module, name, instrumented)
+    try:
+        assert not hf_deltalog.is_patched("qwen3_5")
+        hf_deltalog.unpatch()
+        assert getattr(module, name) is instrumented
+        hf_deltalog.patch(["qwen3_5"])
+        assert getattr(module, name).__deltalog_upstream__ is instrumented
+        model, ids = tiny_model("qwen3_5"), prompt_ids(2, 5)
+        kw = dict(max_new_tokens=3, do_sample=False)
+        out = model.generate(ids, cache=DeltaLogCache(model, backend="torch"), **kw)
+        assert torch.equal(out, model.generate(ids, cache=DynamicCache(config=model.config), **kw))
+    finally:
+        hf_deltalog.unpatch()
+        setattr(module, name, original)
+        hf_deltalog.patch()

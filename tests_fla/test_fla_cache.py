@@ -581,3 +581,31 @@ def test_restoring_a_transformers_cache_after_unpatch_fla_leaves_fla_unbound():
         assert hf_deltalog.is_patched("qwen3_next")
     finally:
         patch_fla()
+
+
+def test_a_wraps_wrapper_of_an_fla_dispatcher_survives_unpatch_fla():
+    """As for transformers' families: a functools.wraps wrapper of a bound FLA dispatcher was taken for ours and
+    unpatch_fla() replaced it with FLA's kernel (33rd review); it stays now, and patch_fla() wraps it."""
+    import functools
+
+    import fla.layers.gated_deltanet as gdn
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+    patch_fla()
+    ours = gdn.fused_recurrent_gated_delta_rule
+
+    @functools.wraps(ours)
+    def instrumented(*args, **kwargs):
+        return ours(*args, **kwargs)
+
+    gdn.fused_recurrent_gated_delta_rule = instrumented
+    try:
+        assert not is_fla_patched("gated_deltanet")
+        unpatch_fla()
+        assert gdn.fused_recurrent_gated_delta_rule is instrumented
+        patch_fla()
+        assert gdn.fused_recurrent_gated_delta_rule.__deltalog_upstream__ is instrumented
+    finally:
+        unpatch_fla()
+        gdn.fused_recurrent_gated_delta_rule = fused_recurrent_gated_delta_rule
+        patch_fla()

@@ -596,7 +596,7 @@ def test_two_threads_generate_on_one_model_each_through_their_own_cache(monkeypa
     for k in (0, 1):
         assert isinstance(out[k], torch.Tensor), out[k]
         assert torch.equal(out[k], refs[k])
-    assert not {"_validate_model_kwargs", "prepare_inputs_for_generation"} & set(vars(model))
+    assert _handover_left_nothing(model)
 
 
 def test_a_generate_started_from_a_streamer_decodes_through_its_own_cache():
@@ -622,4 +622,126 @@ def test_a_generate_started_from_a_streamer_decodes_through_its_own_cache():
 
     outer = generate_ours(model, ids[0], DeltaLogCache(model, backend="torch"), streamer=Nested(), **kw)
     assert torch.equal(outer, refs[0]) and torch.equal(inner["out"], refs[1])
-    assert not {"_validate_model_kwargs", "prepare_inputs_for_generation"} & set(vars(model))
+    assert _handover_left_nothing(model)
+
+
+def _handover_left_nothing(model) -> bool:
+    """No hand-over state left: no handed cache, no hook on the model's class, no instance attribute."""
+    from hf_deltalog import fla_cache
+
+    hooked = any(type(model).__dict__.get(name) in fla_cache._HOOKS for name in fla_cache._HOOK_NAMES)
+    return not hooked and model not in fla_cache._HANDED and not set(fla_cache._HOOK_NAMES) & set(vars(model))
+
+
+def test_a_user_adaptation_made_during_a_handover_is_left_alone():
+    """A user's own hand-over adaptation (instance attributes made with functools.wraps, as the tests' helper does),
+    set while a DeltaLog generate ran: when that generate ended, the hand-over removed the user's
+    prepare_inputs_for_generation (its marker attribute had been copied by functools.wraps) and kept the user's
+    _validate_model_kwargs, so the user's next generate with FLA's Cache decoded silently without it (other tokens;
+    33rd review). The hand-over no longer sets or removes anything on the model."""
+    from helpers import fla_cache_reaches_model
+
+    model, ids = tiny_model("gated_deltanet"), prompt_ids(1, 4)
+    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=PAD)
+    ref = generate_ref(model, ids, **kw)[0]
+    user = fla_cache_reaches_model(model)
+
+    class EnterOnce(BaseStreamer):
+        def put(self, value):
+            if not set(vars(model)) & {"_validate_model_kwargs", "prepare_inputs_for_generation"}:
+                user.__enter__()
+
+        def end(self):
+            pass
+
+    try:
+        generate_ours(model, ids, DeltaLogCache(model, backend="torch"), streamer=EnterOnce(), **kw)
+        assert {"_validate_model_kwargs", "prepare_inputs_for_generation"} <= set(vars(model))
+        with torch.no_grad():
+            assert torch.equal(model.generate(ids, past_key_values=(cache := Cache()), **kw), ref)
+        assert cache.get_seq_length() == ids.shape[1] + 3
+    finally:
+        user.__exit__(None, None, None)
+    assert _handover_left_nothing(model)
+
+
+def test_a_handover_covers_a_generate_run_in_another_thread():
+    """transformers' streaming pattern: generate in a worker thread (TextIteratorStreamer), inside a hand-over opened
+    by the caller. The hand-over recognised only the opening thread's caches, so the worker failed with
+    "model_kwargs are not used by the model: ['cache']" and the consumer waited forever (33rd review)."""
+    import concurrent.futures
+
+    from hf_deltalog.fla_cache import fla_generate_handover
+
+    model, ids = tiny_model("rwkv6"), prompt_ids(1, 4)
+    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=PAD)
+    ref = generate_ref(model, ids, **kw)[0]
+    cache = Cache()
+    with fla_generate_handover(model, cache), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        out = pool.submit(generate_ours, model, ids, cache, **kw).result(timeout=300)
+    assert torch.equal(out, ref) and _handover_left_nothing(model)
+
+
+def test_a_handover_entered_in_another_context_is_still_released():
+    """Entered inside contextvars.copy_context().run (as anyio / starlette step sync generators) and exited outside
+    it: the exit raised "Token was created in a different Context" before releasing, and the model kept the hooks for
+    good (33rd review). The hand-over keeps no context variable now."""
+    import contextvars
+
+    from hf_deltalog.fla_cache import fla_generate_handover
+
+    model = tiny_model("kda")
+    handover = fla_generate_handover(model, Cache())
+    contextvars.copy_context().run(handover.__enter__)
+    handover.__exit__(None, None, None)
+    assert _handover_left_nothing(model)
+
+
+def test_a_deepcopy_of_the_model_during_a_handover_carries_nothing_of_it():
+    """A deepcopy of the model taken inside a generate (from a streamer) carried the hand-over's closures, bound to the
+    original model, as instance attributes: pickling the copy failed ("Can't pickle local object") after the generate
+    ended (33rd review). Nothing is set on the model now; the copy pickles and decodes as FLA's cache does."""
+    import copy
+    import pickle
+
+    model, ids = tiny_model("gated_deltanet"), prompt_ids(1, 4)
+    kw = dict(max_new_tokens=3, do_sample=False, pad_token_id=PAD)
+    copies = []
+
+    class Copier(BaseStreamer):
+        def put(self, value):
+            if not copies:
+                copies.append(copy.deepcopy(model))
+
+        def end(self):
+            pass
+
+    generate_ours(model, ids, DeltaLogCache(model, backend="torch"), streamer=Copier(), **kw)
+    clone = pickle.loads(pickle.dumps(copies[0]))
+    assert torch.equal(generate_ours(clone, ids, DeltaLogCache(clone, backend="torch"), **kw),
+                       generate_ref(model, ids, **kw)[0])
+    assert _handover_left_nothing(model) and _handover_left_nothing(clone)
+
+
+def test_user_instance_attributes_do_not_make_generate_decode_without_the_cache(monkeypatch):
+    """A user's own `model._validate_model_kwargs = lambda kw: None` (to silence the kwarg check) made the hand-over
+    step aside, and a DeltaLogCache generate decoded silently without its cache (other tokens, the cache empty; 33rd
+    review). The class hooks hand the cache over anyway now; and an instance prepare_inputs_for_generation that drops
+    the cache makes generate raise instead of returning cache-less tokens."""
+    model, ids = tiny_model("gated_deltanet"), prompt_ids(1, 4)
+    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=PAD)
+    ref = generate_ref(model, ids, **kw)[0]
+    monkeypatch.setattr(model, "_validate_model_kwargs", lambda model_kwargs: None, raising=False)
+    cache = DeltaLogCache(model, backend="torch")
+    assert torch.equal(generate_ours(model, ids, cache, **kw), ref) and cache.get_seq_length() == 7
+    prepare = type(model).prepare_inputs_for_generation
+
+    def dropping(*args, **kwargs):
+        inputs = prepare(model, *args, **kwargs)
+        inputs.pop("cache", None)
+        inputs.pop("past_key_values", None)
+        return inputs
+
+    monkeypatch.setattr(model, "prepare_inputs_for_generation", dropping, raising=False)
+    with pytest.raises(RuntimeError, match="without decoding through this DeltaLogCache"):
+        generate_ours(model, ids, DeltaLogCache(model, backend="torch"), **kw)

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hf_deltalog.patches.registry import _ours, _upstream_of
+from hf_deltalog.patches.registry import _dispatcher_of, _ours, _upstream_of
 
 __all__ = [
     "FLA_FAMILIES",
@@ -169,8 +169,7 @@ def _dispatcher(upstream: Callable, spec: FLAFamilySpec, multi_token: bool) -> C
 
         return no_backward_through_state(state.run(upstream, spec, arguments, multi_token), *arguments.values())
 
-    deltalog_dispatch.__deltalog_upstream__ = upstream
-    return deltalog_dispatch
+    return _dispatcher_of(deltalog_dispatch, upstream)
 
 
 # Whether unpatch_fla() was called with no patch_fla() since: an FLA cache restored by pickle / copy.deepcopy then

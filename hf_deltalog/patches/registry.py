@@ -7,6 +7,7 @@ import importlib
 import inspect
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -157,8 +158,7 @@ def _recurrent_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
         return upstream(query, key, value, g=g, beta=beta, initial_state=initial_state,
                         output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, **kwargs)
 
-    deltalog_recurrent.__deltalog_upstream__ = upstream
-    return deltalog_recurrent
+    return _dispatcher_of(deltalog_recurrent, upstream)
 
 
 def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
@@ -184,8 +184,7 @@ def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
         return no_backward_through_state(upstream(*bound.args, **bound.kwargs), *bound.args,
                                          *bound.kwargs.values())
 
-    deltalog_chunk.__deltalog_upstream__ = upstream
-    return deltalog_chunk
+    return _dispatcher_of(deltalog_chunk, upstream)
 
 
 def _generation_dispatcher(upstream: Callable) -> Callable:
@@ -258,8 +257,7 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         cache._after_generate(out, beams=num_beams > 1)
         return out
 
-    generate.__deltalog_upstream__ = upstream
-    return generate
+    return _dispatcher_of(generate, upstream)
 
 
 def _new_tokens(model: Any, option: Callable[[str, Any], Any], passed: Any, extra: dict[str, Any],
@@ -442,9 +440,24 @@ def patched_families() -> list[str]:
     return sorted(model_type for model_type in _ORIGINALS if _bound(FAMILIES[model_type]))
 
 
+# Every dispatcher made here and in patches/fla.py, by identity: a third party's ``functools.wraps`` wrapper of one
+# copies its ``__deltalog_upstream__`` attribute but is not ours (unpatch keeps it, patch wraps it).
+_DISPATCHERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _dispatcher_of(fn: Callable, upstream: Callable) -> Callable:
+    """Mark ``fn`` as a dispatcher wrapping ``upstream`` (``fn.__deltalog_upstream__``) and return it."""
+    fn.__deltalog_upstream__ = upstream
+    _DISPATCHERS.add(fn)
+    return fn
+
+
 def _ours(fn: Any) -> bool:
-    """Whether ``fn`` is one of the dispatchers :func:`patch` binds."""
-    return getattr(fn, "__deltalog_upstream__", None) is not None
+    """Whether ``fn`` is one of the dispatchers :func:`patch` (or :func:`~hf_deltalog.patches.fla.patch_fla`) binds."""
+    try:
+        return fn in _DISPATCHERS
+    except TypeError:  # not weak-referenceable: not a function of ours
+        return False
 
 
 def _upstream_of(fn: Any) -> Any:
