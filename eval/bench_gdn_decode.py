@@ -954,7 +954,10 @@ def select_tuned(tune):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # allow_abbrev=False: full option names only (an abbreviation such as --cpu for --cpu-smoke is refused), as in
+    # eval/tpot.py, whose smoke defaults depend on the exact flag
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--out", default=None,
                    help="output folder (default eval/results/; a temporary folder with --cpu-smoke)")
     p.add_argument("--operator", choices=["gdn", "kda", "rwkv6"], default="gdn", help="the recurrence (default gdn)")
@@ -997,7 +1000,8 @@ def parse_args(argv=None):
                         "(repeated), and on SIGTERM; 0 (default) = off")
     p.add_argument("--stagger", action="store_true",
                    help="start every cycle with staggered row phases, as DeltaLogCache(stagger_merges=True) does "
-                        "(row r at r mod M zero entries; the cache's default); without it all rows start empty")
+                        "(row r at r mod M zero entries); without it all rows start empty, as with the cache's "
+                        "default (stagger_merges=False: aligned phases)")
     p.add_argument("--no-numerics", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd dense baseline")
     args = p.parse_args(argv)

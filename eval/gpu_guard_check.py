@@ -45,9 +45,10 @@ line per case and writes them all to ``--out``:
   ``reset()`` the loop's logits equal a fresh cache's.
 
     python eval/gpu_guard_check.py [--out eval/results/gpu_guard_check.json]
-    TRITON_INTERPRET=1 python eval/gpu_guard_check.py --cpu-smoke --families qwen3_5 kimi_linear
-    TRITON_INTERPRET=1 python eval/gpu_guard_check.py --cpu-smoke --families fla_gated_deltanet fla_rwkv6 fla_kda
-        # the same on the CPU, our kernels interpreted (transformers' families with FLA hidden, so in their own call)
+    python eval/gpu_guard_check.py --cpu-smoke --families qwen3_5 kimi_linear
+    python eval/gpu_guard_check.py --cpu-smoke --families fla_gated_deltanet fla_rwkv6 fla_kda
+        # the same on the CPU, our kernels interpreted (--cpu-smoke sets TRITON_INTERPRET=1; transformers' families
+        # with FLA hidden, so in their own call)
 
 Exits 1 when a case fails. On the GPU every Triton autotuner runs its first config only (``--autotune`` keeps them
 all): the cases check the cache, not FLA's speed, and autotuning FLA's chunked kernels takes minutes.
@@ -58,6 +59,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -519,11 +521,14 @@ def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", default=["qwen3_5", "kimi_linear", "fla_gated_deltanet", "fla_rwkv6",
                                                       "fla_kda"])
-    p.add_argument("--cpu-smoke", action="store_true", help="run on the CPU (set TRITON_INTERPRET=1)")
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="run on the CPU, our Triton kernels under the interpreter (sets TRITON_INTERPRET=1)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--autotune", action="store_true", help="keep every autotuner's configs on the GPU")
     a = p.parse_args(argv)
     fla_families = [f for f in a.families if f.startswith("fla_")]
+    if a.cpu_smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog imports it)
     if a.cpu_smoke and fla_families:
         if len(fla_families) < len(a.families):
             p.error("on the CPU run transformers' families and FLA's (fla_*) in separate calls: transformers' own "

@@ -236,6 +236,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _fla_version() -> str | None:
+    """The installed flash-linear-attention version (None when it is not installed), read from its package metadata:
+    `import fla` is refused in a run that hid FLA from transformers, though FLA is installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flash-linear-attention")
+    except PackageNotFoundError:
+        return None
+
+
 def _import_model_library(pretrained: str) -> None:
     """Import flash-linear-attention when the checkpoint is one of its model types (it registers them with Auto*)."""
     config = Path(pretrained) / "config.json"
@@ -309,10 +320,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pretrained", nargs="+", required=True, help="checkpoint directories (or hub ids)")
     parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
     parser.add_argument("--limit", type=_positive_int, default=None, help="documents per task (default: all)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=_positive_int, default=16)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    parser.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: the cache's own)")
+    parser.add_argument("--merge-interval", type=_positive_int, default=None,
+                        help="DeltaLog M, in [1, 1024] (default: the cache's own)")
     parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--out", type=Path, default=None, help="folder for parity.json and parity.md")
     parser.add_argument("--quiet", action="store_true", help="do not print the table")
@@ -331,14 +343,26 @@ def main(argv: list[str] | None = None) -> dict:
     from hf_deltalog.lm_eval_cli import is_fla_checkpoint
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cpu_only = torch.device(device).type == "cpu" and not interpreting()
+    try:
+        device_type = torch.device(device).type
+    except RuntimeError as e:
+        parser.error(f"--device {device}: not a torch device ({e}); use cpu or cuda (cuda:N)")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {device}: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
+    on_cpu = device_type == "cpu"
+    cpu_only = on_cpu and not interpreting()  # FLA's Triton kernels cannot run at all (they can, slowly, interpreted)
     fla_ckpts = [p for p in args.pretrained if is_fla_checkpoint(p)]
-    if cpu_only and fla_ckpts and len(fla_ckpts) < len(args.pretrained):
+    if on_cpu and fla_ckpts and len(fla_ckpts) < len(args.pretrained):
         raise SystemExit(
-            f"on a CPU without TRITON_INTERPRET=1, run flash-linear-attention checkpoints ({', '.join(fla_ckpts)}) and "
-            "transformers ones in separate calls: transformers' GDN / KDA layers need FLA hidden there (its kernels "
-            "need a GPU), while FLA's own models need FLA importable")
-    fla_hidden = cpu_only and not fla_ckpts and hide_fla_on_cpu(device)
+            f"on a CPU, run flash-linear-attention checkpoints ({', '.join(fla_ckpts)}) and transformers ones in "
+            "separate calls: transformers' GDN / KDA layers need FLA hidden there (its kernels need a GPU, and its "
+            "chunked kernels do not run under TRITON_INTERPRET=1 either), while FLA's own models need FLA importable")
+    fla_hidden = on_cpu and not fla_ckpts and hide_fla_on_cpu(device)
+    from hf_deltalog.cache import MAX_MERGE_INTERVAL  # (after FLA is hidden: it imports transformers)
+
+    if args.merge_interval is not None and args.merge_interval > MAX_MERGE_INTERVAL:
+        parser.error(f"--merge-interval: must be an integer in [1, {MAX_MERGE_INTERVAL}] (DeltaLogCache's "
+                     f"merge_interval); got {args.merge_interval}")
     if args.fla_kernels == "auto":
         args.fla_kernels = "torch" if cpu_only else "fla"
 
@@ -356,11 +380,7 @@ def main(argv: list[str] | None = None) -> dict:
     local = {p.stem for p in LOCAL_TASKS.rglob("*.yaml")}
     manager = TaskManager(include_path=str(LOCAL_TASKS), include_defaults=not set(args.tasks) <= local)
     t0 = time.perf_counter()
-    try:
-        import fla
-        fla_version = getattr(fla, "__version__", None)
-    except ImportError:
-        fla_version = None
+    fla_version = _fla_version()  # installed, whether or not hidden from transformers (fla_hidden_from_transformers)
     meta = dict(device=device, device_name=torch.cuda.get_device_name() if device.startswith("cuda") else
                 platform.processor() or platform.machine(), dtype=args.dtype, batch_size=args.batch_size,
                 limit=args.limit, merge_interval=args.merge_interval, backend=args.backend,

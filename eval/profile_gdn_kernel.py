@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
@@ -21,6 +22,9 @@ def main() -> None:
     p.add_argument("--num-warps", type=int, default=None)
     p.add_argument("--prepare-warps", type=int, default=None)
     a = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device: this script launches the GDN kernels on a GPU for Nsight Compute (there is no CPU "
+                 "mode)")
     B, Hk, HV, K, V, C = a.batch, 16, 32, 128, 128, a.merge_interval - 1
     dev, bf = "cuda", torch.bfloat16
     torch.manual_seed(0)

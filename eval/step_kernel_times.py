@@ -103,6 +103,8 @@ def main() -> None:
     p.add_argument("--prepare-maxnreg", type=int, nargs="+", default=[0], help="0: no register cap")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device: this script profiles the Triton kernels on a GPU (there is no CPU mode)")
     result = dict(batch=args.batch, device=torch.cuda.get_device_name(), torch=torch.__version__, rows={})
     runs = [(op, M, pw, cap) for op in args.operators for M in args.ms for pw in args.prepare_warps
             for cap in args.prepare_maxnreg]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 
 import torch
 import triton
@@ -117,6 +118,8 @@ def main() -> None:
     p.add_argument("--direct-only", action="store_true", help="only the append's grid ([8, K] tiles, 1 warp)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device: this probe times Triton kernels on a GPU (there is no CPU mode)")
     dev = torch.device("cuda")
     B, HV, K, V, BV = args.batch, args.heads, 128, 128, 8
     NV = V // BV

@@ -51,8 +51,6 @@ MODELS = {
                             note="Qwen3.5-35B-A3B architecture (text), random bf16 weights"),
     "kimi_linear_48b_a3b": dict(config=CONFIGS / "kimi_linear_48b_a3b.json", dtype="bfloat16",
                                 note="Kimi-Linear-48B-A3B architecture, random bf16 weights"),
-    "qwen3_5_tiny": dict(config=ROOT / "examples" / "configs" / "qwen3_5-tiny.json", dtype="bfloat16",
-                         note="the quickstart's tiny Qwen3.5 config, random bf16 weights"),
 }
 # The CPU smoke model: a tiny Qwen3.5-MoE config (GQA, K != V), fp32.
 SMOKE_CONFIG = dict(model_type="qwen3_5_moe_text", vocab_size=128, hidden_size=64, num_hidden_layers=4,
@@ -68,10 +66,13 @@ GUESS = {"prefill_ms_per_ktok": 40.0, "eager_step_ms": 220.0, "graph_step_ms_b25
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # allow_abbrev=False: an abbreviation of --cpu-smoke (--cpu) would turn smoke mode on without its defaults
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--out", type=Path, required=True, help="folder for tpot.json / tpot.csv (written after every run)")
     p.add_argument("--models", nargs="+", default=["qwen3_5_35b_a3b", "kimi_linear_48b_a3b"],
-                   help=f"built-in architectures ({', '.join(MODELS)}) or NAME=PATH of a trained checkpoint folder")
+                   help=f"built-in architectures ({', '.join(MODELS)}; smoke: --cpu-smoke's tiny model) or NAME=PATH "
+                        "of a trained checkpoint folder")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16, 64, 128, 256])
     p.add_argument("--modes", nargs="+", choices=["graph", "eager"], default=["graph", "eager"])
     p.add_argument("--eager-batch-sizes", nargs="+", type=int, default=None,
@@ -107,10 +108,17 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny fp32 model on the CPU, B in {1, 2}, 8-token prompts: checks the script end to end")
-    if "--cpu-smoke" in (sys.argv[1:] if argv is None else argv):  # smoke defaults; explicit options still win
+    if p.parse_known_args(argv)[0].cpu_smoke:  # smoke defaults; explicit options still win
         p.set_defaults(models=["smoke"], batch_sizes=[1, 2], prompt_len=8, new_tokens=6, eager_new_tokens=6,
                        repeats=2, profile_steps=3)
     a = p.parse_args(argv)
+    for name in a.models:
+        label, sep, path = name.partition("=")
+        if sep and not (label and path):
+            p.error(f"--models: {name!r} is not NAME=PATH (both parts non-empty)")
+        if not sep and name not in MODELS and name != "smoke":
+            p.error(f"--models: unknown model {name!r}; accepted: {', '.join(MODELS)}, smoke (the --cpu-smoke model) "
+                    "or NAME=PATH of a trained checkpoint folder")
     if a.eager_new_tokens is None:
         a.eager_new_tokens = a.new_tokens
     for name in ("prompt_len", "new_tokens", "eager_new_tokens", "repeats", "eager_repeats"):

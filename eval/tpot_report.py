@@ -1,6 +1,7 @@
 """Table and plots of ``eval/tpot.py`` results (run where matplotlib is installed; the GPU machine needs neither).
 
-    python eval/tpot_report.py eval/results/h200/tpot/tpot.json     # prints the markdown table, writes PNGs beside
+    python eval/tpot_report.py eval/results/h200/tpot_qwen3_5_35b/tpot.json \\
+        eval/results/h200/tpot_kimi_linear_48b/tpot.json     # prints the markdown table, writes PNGs beside the first
 
 Functions are importable (``examples/speed.ipynb`` uses them): :func:`load`, :func:`table`, :func:`plot_tpot`,
 :func:`plot_speedup`, :func:`plot_state_share`.

@@ -15,6 +15,9 @@ device, time) and `loss_curve.png` (when matplotlib is installed; otherwise draw
     python eval/train_tiny.py train --model kda --smoke --out /tmp/kda-smoke      # a few CPU steps (tests)
     python eval/train_tiny.py plot eval/checkpoints/gdn-shakespeare                # PNG from training_log.json
 
+An output folder that already holds a checkpoint (the committed ones under eval/checkpoints/ included) is refused
+unless `--force` is given; `--smoke` without `--out` writes to a new temporary folder.
+
 The RWKV6 model is flash-linear-attention's (`fla.models.RWKV6ForCausalLM`; the package must be installed). By
 default (`--rwkv6-kernels torch`) it trains and is scored through FLA's own PyTorch references of its Triton ops (the
 recurrence `naive_recurrent_rwkv6`, `token_shift_ref`, `layer_norm_ref`, `group_norm_ref`, torch's activations: see
@@ -48,6 +51,7 @@ import shakespeare  # noqa: E402
 from hf_deltalog.interpreter import collapse_autotuners, fused_recurrent_under_interpreter  # noqa: E402
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "training_log.json")  # what a written checkpoint holds
 MODELS = ("gdn", "kda", "rwkv6")
 VOCAB = 2048
 HIDDEN = 256
@@ -361,28 +365,64 @@ def hide_fla() -> None:
     sys.modules["fla"] = None  # `import fla` raises ImportError; transformers' availability check says False
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 1; got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0; got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0; got {text!r}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train one checkpoint")
     t.add_argument("--model", choices=MODELS, required=True)
-    t.add_argument("--out", type=Path, help="output directory (default: eval/checkpoints/<model>-shakespeare)")
+    t.add_argument("--out", type=Path,
+                   help="output directory (default: eval/checkpoints/<model>-shakespeare; with --smoke a new "
+                        "temporary folder)")
+    t.add_argument("--force", action="store_true",
+                   help="overwrite a checkpoint already in the output folder (refused without it)")
     t.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    t.add_argument("--max-steps", type=int, default=20000)
-    t.add_argument("--time-budget", type=float, default=240.0,
+    t.add_argument("--max-steps", type=_positive_int, default=20000)
+    t.add_argument("--time-budget", type=_positive_float, default=240.0,
                    help="seconds of training after the first step (the schedule follows it; the first step, mostly "
                         "Triton compilation on a GPU, is timed apart as first_step_seconds)")
-    t.add_argument("--batch-size", type=int, default=None, help="default: 64 on CUDA, 16 on the CPU")
-    t.add_argument("--seq-len", type=int, default=256)
-    t.add_argument("--lr", type=float, default=3e-3)
-    t.add_argument("--weight-decay", type=float, default=0.1)
-    t.add_argument("--warmup", type=int, default=100)
-    t.add_argument("--eval-every", type=int, default=100)
-    t.add_argument("--log-every", type=int, default=10)
-    t.add_argument("--val-windows", type=int, default=64)
-    t.add_argument("--patience", type=int, default=5, help="stop after this many evaluations without improvement")
+    t.add_argument("--batch-size", type=_positive_int, default=None, help="default: 64 on CUDA, 16 on the CPU")
+    t.add_argument("--seq-len", type=_positive_int, default=256)
+    t.add_argument("--lr", type=_positive_float, default=3e-3)
+    t.add_argument("--weight-decay", type=_non_negative_float, default=0.1)
+    t.add_argument("--warmup", type=_positive_int, default=100, help="steps of linear warmup (1: none)")
+    t.add_argument("--eval-every", type=_positive_int, default=100)
+    t.add_argument("--log-every", type=_positive_int, default=10)
+    t.add_argument("--val-windows", type=_positive_int, default=64)
+    t.add_argument("--patience", type=_positive_int, default=5,
+                   help="stop after this many evaluations without improvement")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--test-tokens", type=int, default=None, help="score only the first N test tokens (default: all)")
+    t.add_argument("--test-tokens", type=_positive_int, default=None,
+                   help="score only the first N test tokens (default: all)")
     t.add_argument("--init", type=Path, default=None,
                    help="continue from a checkpoint this script wrote (its curve is kept; a new warmup and decay)")
     t.add_argument("--smoke", action="store_true", help="a few tiny steps (CPU tests): 4 steps of batch 2 x 64")
@@ -411,8 +451,20 @@ def main() -> None:
     if args.smoke:
         args.max_steps, args.batch_size, args.seq_len, args.eval_every, args.log_every = 4, 2, 64, 2, 1
         args.warmup, args.val_windows, args.test_tokens = 2, 2, 256
-    if args.out is None:
+    if args.out is None and args.smoke:  # never the committed checkpoint: a smoke run's weights are not a checkpoint
+        import tempfile
+
+        args.out = Path(tempfile.mkdtemp(prefix=f"train_tiny_{args.model}_smoke_"))
+        print(f"--smoke without --out: writing to a new temporary folder, {args.out}")
+    elif args.out is None:
         args.out = CHECKPOINTS / f"{args.model}-shakespeare"
+    if args.out.exists() and not args.out.is_dir():
+        t.error(f"--out {args.out} is a file; it takes a folder (a new one, or one holding a checkpoint to replace "
+                "with --force)")
+    existing = [name for name in CHECKPOINT_FILES if (args.out / name).exists()]
+    if existing and not args.force:
+        t.error(f"{args.out} already holds a checkpoint ({', '.join(existing)}); refusing to overwrite it: pass "
+                "--force to replace it, or --out a new folder")
     with rwkv6_kernels(args.rwkv6_kernels if args.model == "rwkv6" else "fla"):
         train(args)
 

@@ -80,6 +80,23 @@ def test_parity_script_runs_transformers_and_fla_checkpoints_with_fla_installed(
     assert both.returncode != 0 and "in separate calls" in both.stderr, both.stderr[-2000:]
 
 
+def test_parity_script_under_the_interpreter_hides_fla_for_a_transformers_checkpoint(tmp_path):
+    """Under TRITON_INTERPRET=1 the parity script left FLA visible to transformers for the GDN checkpoint, and the
+    default-cache run failed inside FLA's chunked kernel (InterpreterError; 33rd review). It hides FLA on every CPU run
+    of transformers checkpoints now, and refuses a mix of kinds under the interpreter too."""
+    out = tmp_path / "gdn"
+    run = run_under_interpreter("eval/lm_eval_parity.py", "--pretrained", str(CHECKPOINTS / "gdn-shakespeare"),
+                                "--limit", "1", "--batch-size", "1", "--device", "cpu", "--tasks",
+                                "shakespeare_next_line_mc", "--quiet", "--out", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((out / "parity.json").read_text())
+    assert report["meta"]["fla_hidden_from_transformers"] is True
+    assert report["checkpoints"][0]["tasks"]["shakespeare_next_line_mc"]["metrics_identical"]
+    both = run_under_interpreter("eval/lm_eval_parity.py", "--pretrained", str(CHECKPOINTS / "gdn-shakespeare"),
+                                 str(CHECKPOINTS / "rwkv6-shakespeare"), "--limit", "1", "--device", "cpu")
+    assert both.returncode != 0 and "in separate calls" in both.stderr, both.stderr[-2000:]
+
+
 def test_lm_eval_cli_on_an_fla_checkpoint(tmp_path):
     """python -m hf_deltalog.lm_eval_cli on the RWKV6 checkpoint failed on a CPU with triton's "0 active drivers",
     with TRITON_INTERPRET=1 too (FLA's autotuners were not cut to one config; found by the fourteenth review). Without

@@ -1,0 +1,271 @@
+"""Command-line argument handling of the eval/ scripts: what they refuse up front (with a usage error naming what is
+accepted) instead of a traceback after loading a model, what they no longer overwrite, and what their help says.
+Nothing here trains or decodes beyond a tiny CPU smoke run."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL = ROOT / "eval"
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+
+
+def load(name):
+    if str(EVAL) not in sys.path:
+        sys.path.insert(0, str(EVAL))
+    spec = importlib.util.spec_from_file_location(f"cli_{name}", EVAL / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _usage_error(capsys, fn, *args) -> str:
+    """Run ``fn(*args)``, expect argparse's usage error (exit code 2) and return its message."""
+    with pytest.raises(SystemExit) as err:
+        fn(*args)
+    assert err.value.code == 2
+    return " ".join(capsys.readouterr().err.split())
+
+
+# ----------------------------------------------------------------------------------------------- train_tiny.py
+@pytest.fixture
+def train_tiny(monkeypatch):
+    """eval/train_tiny.py with `train` replaced by a recorder: these tests check the arguments it would get."""
+    module = load("train_tiny")
+    calls = []
+    monkeypatch.setattr(module, "train", lambda args: calls.append(args) or args.out)
+    module.calls = calls
+
+    def run(*argv):
+        monkeypatch.setattr(sys, "argv", ["train_tiny.py", "train", "--model", "gdn", "--device", "cpu", *argv])
+        module.main()
+        return calls[-1]
+
+    module.run = run
+    return module
+
+
+def test_train_tiny_smoke_without_out_writes_to_a_new_temporary_folder(train_tiny, capsys):
+    """`--smoke` without `--out` wrote over the committed eval/checkpoints/gdn-shakespeare."""
+    args = train_tiny.run("--smoke")
+    out = Path(args.out)
+    assert train_tiny.CHECKPOINTS not in out.parents and out.is_dir() and not any(out.iterdir())
+    assert str(out) in capsys.readouterr().out  # said so
+    out.rmdir()
+
+
+@pytest.mark.parametrize("extra", [[], ["--smoke", "--out", "CKPT"], ["--max-steps", "1"]])
+def test_train_tiny_refuses_to_overwrite_a_checkpoint(train_tiny, capsys, extra):
+    """The default output folder (a committed checkpoint) or any folder holding one is refused without --force."""
+    if "CKPT" in extra:
+        extra = [str(train_tiny.CHECKPOINTS / "gdn-shakespeare") if a == "CKPT" else a for a in extra]
+    assert (train_tiny.CHECKPOINTS / "gdn-shakespeare" / "config.json").exists()
+    msg = _usage_error(capsys, train_tiny.run, *extra)
+    assert "already holds a checkpoint" in msg and "--force" in msg
+    assert train_tiny.calls == []
+
+
+def test_train_tiny_force_overwrites(train_tiny, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert train_tiny.run("--out", str(tmp_path), "--force").out == tmp_path
+    assert train_tiny.run("--out", str(tmp_path / "new")).out == tmp_path / "new"  # a new folder needs no --force
+
+
+@pytest.mark.parametrize("option", ["--eval-every", "--log-every", "--batch-size", "--seq-len", "--max-steps",
+                                    "--warmup", "--val-windows", "--patience", "--test-tokens", "--time-budget"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_train_tiny_validates_numeric_arguments(train_tiny, capsys, tmp_path, option, value):
+    """0 or a negative value ended in ZeroDivisionError (or an empty validation set) after the tokenizer was trained."""
+    msg = _usage_error(capsys, train_tiny.run, "--out", str(tmp_path / "new"), option, value)
+    assert option in msg and ("at least 1" in msg or "above 0" in msg)
+    assert train_tiny.calls == []
+
+
+# ------------------------------------------------------------------------------- lm_eval_parity.py, cache_parity.py
+@pytest.fixture
+def parity(monkeypatch):
+    module = load("lm_eval_parity")
+    calls = []
+
+    def run_checkpoint(pretrained, *args, **kwargs):  # no model: the tests check what happens before and around it
+        calls.append(pretrained)
+        return dict(checkpoint=str(pretrained), model_type="stub", tasks={}, skipped={})
+
+    monkeypatch.setattr(module, "run_checkpoint", run_checkpoint)
+    module.calls = calls
+    return module
+
+
+GDN = str(ROOT / "eval" / "checkpoints" / "gdn-shakespeare")
+LOCAL_TASK = ["--tasks", "shakespeare_next_line_mc", "--quiet"]
+
+
+@pytest.mark.parametrize("bad", [["--batch-size", "0"], ["--batch-size", "-3"], ["--merge-interval", "0"],
+                                 ["--merge-interval", "-1"], ["--merge-interval", "1025"]])
+def test_lm_eval_parity_refuses_bad_sizes_up_front(parity, capsys, bad):
+    msg = _usage_error(capsys, parity.main, ["--pretrained", GDN, "--device", "cpu", *LOCAL_TASK, *bad])
+    assert bad[0] in msg and ("at least 1" in msg or "[1, 1024]" in msg)
+    assert parity.calls == []
+
+
+@NO_CUDA
+def test_lm_eval_parity_refuses_cuda_without_a_gpu(parity, capsys):
+    msg = _usage_error(capsys, parity.main, ["--pretrained", GDN, "--device", "cuda", *LOCAL_TASK])
+    assert "no CUDA device" in msg and "--device cpu" in msg
+    assert parity.calls == []
+
+
+def test_lm_eval_parity_records_the_installed_fla_version(parity, tmp_path):
+    """With FLA installed but hidden from transformers (this process, a CPU run), `import fla` fails: the meta said
+    fla null. It records the installed version now."""
+    try:
+        installed = importlib.metadata.version("flash-linear-attention")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    report = parity.main(["--pretrained", GDN, "--device", "cpu", *LOCAL_TASK, "--out", str(tmp_path)])
+    assert parity.calls == [GDN]
+    meta = json.loads((tmp_path / "parity.json").read_text())["meta"]
+    assert meta["fla"] == report["meta"]["fla"] == installed
+
+
+def test_cache_parity_refuses_bad_merge_intervals(tmp_path):
+    from conftest import python_script_command
+
+    for bad in ("0", "1025"):
+        cmd = python_script_command(EVAL / "cache_parity.py", "--families", "qwen3_5", "--new-tokens", "2",
+                                    "--merge-intervals", "2", bad, "--out", tmp_path / "parity.json")
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert run.returncode == 2, run.stderr[-2000:]
+        assert "--merge-intervals: must be an integer in [1, 1024]" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "parity.json").exists()
+
+
+# ------------------------------------------------------------------------------------------- gpu_guard_check.py
+@pytest.mark.skipif(not importlib.util.find_spec("triton"), reason="the guard cases run the Triton backend")
+def test_gpu_guard_check_cpu_smoke_sets_the_interpreter_itself(tmp_path):
+    """Without TRITON_INTERPRET=1 in the environment every case failed ("backend='triton' needs CUDA tensors ...")."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, str(EVAL / "gpu_guard_check.py"), "--cpu-smoke", "--families", "qwen3_5",
+           "--out", str(tmp_path / "guard.json")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    rows = json.loads((tmp_path / "guard.json").read_text())
+    assert len(rows) == 11 and all(r["ok"] for r in rows)
+
+
+# --------------------------------------------------------------------------------- tpot.py, bench_gdn_decode.py
+def test_tpot_models_are_validated(tmp_path, capsys):
+    tpot = load("tpot")
+    for name, spec in tpot.MODELS.items():  # every listed architecture can be built (qwen3_5_tiny's file was missing)
+        assert Path(spec["config"]).exists(), name
+    out = ["--out", str(tmp_path)]
+    for bad in ("qwen3_5_tiny", "nosuch", "=eval/checkpoints/gdn-shakespeare", "gdn="):
+        msg = _usage_error(capsys, tpot.parse, [*out, "--models", bad])
+        assert "--models" in msg and repr(bad) in msg
+        if "=" not in bad:  # an unknown name: the message lists the accepted ones
+            assert "qwen3_5_35b_a3b" in msg and "kimi_linear_48b_a3b" in msg and "NAME=PATH" in msg
+    a = tpot.parse([*out, "--models", "qwen3_5_35b_a3b", "kimi_linear_48b_a3b", "smoke", f"gdn={GDN}"])
+    assert a.models == ["qwen3_5_35b_a3b", "kimi_linear_48b_a3b", "smoke", f"gdn={GDN}"]
+
+
+def test_tpot_refuses_abbreviations_and_applies_smoke_defaults(tmp_path, capsys):
+    """`--cpu` (argparse's abbreviation of --cpu-smoke) turned smoke mode on with the 35B-model defaults."""
+    tpot = load("tpot")
+    out = ["--out", str(tmp_path)]
+    assert "--cpu" in _usage_error(capsys, tpot.parse, [*out, "--cpu"])
+    a = tpot.parse([*out, "--cpu-smoke"])
+    assert a.cpu_smoke and a.models == ["smoke"] and a.batch_sizes == [1, 2] and a.prompt_len == 8
+    a = tpot.parse([*out, "--cpu-smoke", "--batch-sizes", "3"])  # explicit options still win
+    assert a.batch_sizes == [3] and a.models == ["smoke"]
+    assert tpot.parse(out).models == ["qwen3_5_35b_a3b", "kimi_linear_48b_a3b"] and not tpot.parse(out).cpu_smoke
+
+
+def test_bench_refuses_abbreviations_and_states_the_cache_default(capsys):
+    bench = load("bench_gdn_decode")
+    for abbreviation in ("--cpu", "--stag"):
+        assert abbreviation in _usage_error(capsys, bench.parse_args, [abbreviation])
+    assert bench.parse_args(["--cpu-smoke", "--stagger"]).stagger
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    from hf_deltalog import DeltaLogCache
+
+    assert inspect.signature(DeltaLogCache.__init__).parameters["stagger_merges"].default is False
+    assert "zero entries; the cache's default" not in text  # --stagger's help called staggering the default
+    assert "the cache's default (stagger_merges=False" in text
+
+
+# --------------------------------------------------------------------------------------------------- gdn_report.py
+def _bench_json(Ms: list[int]) -> dict:
+    """A GDN benchmark result at B = 1 (2 MiB of state: the policy is dense) and B = 64 (128 MiB: DeltaLog M = 8)."""
+    rows = []
+    for B in (1, 64):
+        rows += [dict(B=B, variant="fla_vfirst", layout="VK", M=None, amortized_us=10.0 * B, floor_us=5.0 * B),
+                 dict(B=B, variant="fla_kfirst", layout="KV", M=None, amortized_us=12.0 * B, floor_us=5.0 * B)]
+        for M in [1, *Ms]:
+            rows.append(dict(B=B, variant="deltalog", layout="VK", M=M, amortized_us=(11.0 - M / 4) * B,
+                             floor_us=4.0 * B, floor_fraction=0.5, append_mean_us=9.0 * B, merge_us=20.0 * B))
+    return dict(shape=dict(Hk=16, HV=32, K=128, V=128), batches=[1, 64], Ms=Ms, rows=rows, numerics=[],
+                bandwidth_GBps=4000.0, env=dict(gpu="test GPU", torch="t", triton="t", fla="t", driver="d"))
+
+
+def _gdn_report(monkeypatch, *argv):
+    report = load("gdn_report")
+    monkeypatch.setattr(sys, "argv", ["gdn_report.py", *map(str, argv)])
+    report.main()
+
+
+def test_gdn_report_without_the_policy_m_and_a_new_out_folder(tmp_path, monkeypatch, capsys):
+    """A run without M = 8 (--quick, --cpu-smoke) raised KeyError: 8; an --out folder that did not exist,
+    FileNotFoundError."""
+    pytest.importorskip("matplotlib", reason="the report draws a plot")
+    path = tmp_path / "bench_gdn_decode.json"
+    path.write_text(json.dumps(_bench_json([2, 4, 16])))
+    out = tmp_path / "new" / "report"
+    _gdn_report(monkeypatch, path, "--out", out)
+    md = (out / "gdn_decode_summary.md").read_text()
+    assert (out / "gdn_decode_speedup.png").stat().st_size > 1000
+    assert "no M = 8 (V-first) measurement at B = 1, 64" in md
+    lines = {line.split(" | ")[0]: line.split(" | ") for line in md.splitlines() if line.startswith("| ")}
+    small, large = lines["| 1"], lines["| 64"]
+    assert small[9:11] == ["dense (FLA VK)", "10.0"]  # the dense policy is measured: FLA's V-first kernel
+    assert large[9:12] == ["DeltaLog M=8 (not measured)", "-", "-"]  # nothing stands in for the missing M = 8
+    assert large[7] == "16"  # best M among those run
+
+
+def test_gdn_report_reproduces_the_committed_summary(tmp_path, monkeypatch):
+    """With M = 8 measured the table is what it was (the committed round-18 summary, written by the earlier code)."""
+    pytest.importorskip("matplotlib", reason="the report draws a plot")
+    run = ROOT / "eval" / "results" / "h200" / "round18" / "full" / "gdn"
+    _gdn_report(monkeypatch, run / "bench_gdn_decode.json", "--out", tmp_path)
+    assert (tmp_path / "gdn_decode_summary.md").read_text() == (run / "gdn_decode_summary.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------ GPU-only scripts
+@NO_CUDA
+@pytest.mark.parametrize("script", ["step_kernel_times.py", "stream_read_probe.py", "profile_gdn_kernel.py"])
+def test_gpu_only_scripts_say_no_cuda(script):
+    """They raised `AssertionError: Torch not compiled with CUDA enabled`."""
+    run = subprocess.run([sys.executable, str(EVAL / script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 1 and run.stderr.startswith("no CUDA device: "), run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+
+
+# ------------------------------------------------------------------------------------------------- docstrings
+def test_tpot_report_docstring_names_committed_results():
+    doc = load("tpot_report").__doc__
+    paths = re.findall(r"eval/results/\S+\.json", doc)
+    assert paths and all((ROOT / p).exists() for p in paths), paths
