@@ -1673,8 +1673,8 @@ def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interr
         reached = [i for i in order if tokens[i] > 0]
         # Layers 0..j-1 hold the tokens and every later layer none: also what a model with only j layers leaves in
         # a cache built for more (a manual forward does not show the model to the cache; generate checks it)
-        fewer = held > 0 and len(rows) <= 1 and 0 < len(reached) < len(order) \
-            and reached == order[:len(reached)] and {tokens[i] for i in reached} == {held}
+        fewer = len(rows) <= 1 and 0 < len(reached) < len(order) and reached == order[:len(reached)] \
+            and len({tokens[i] for i in reached}) == 1
         cause = (f"Either the model that ran it has only {len(reached)} layers while this cache was built for a "
                  f"config with {len(order)} (build the cache from the model that uses it), or an earlier forward "
                  "stopped part-way through the model (call cache.reset() and run the prompt again)"

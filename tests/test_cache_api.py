@@ -673,6 +673,24 @@ def test_a_manual_loop_on_a_model_with_fewer_layers_names_that_cause():
             model(ids[:, -1:], past_key_values=cache, use_cache=True)
 
 
+def test_the_fewer_layers_cause_is_named_when_the_unreached_layers_report_the_count():
+    """The same with a cache built for [linear, linear, full, full] and run by a [linear, linear] model: the cache's
+    count comes from an attention layer the model never reached (0 tokens), and the refusal named only the stopped
+    forward (33rd review). It names both causes whatever layer the count is read from."""
+    config = family_config("qwen3_5", layer_types=["linear_attention", "linear_attention", "full_attention",
+                                                   "full_attention"])
+    cache = DeltaLogCache(config, backend="torch")
+    small = family_config("qwen3_5", num_hidden_layers=2, layer_types=["linear_attention", "linear_attention"])
+    torch.manual_seed(0)
+    model = transformers.Qwen3_5ForCausalLM(small).eval()
+    ids = prompt_ids(2, 5)
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match=r"layer 1: 5, layer 2: 0, layer 3: 0.*has only 2 layers while this "
+                                             r"cache was built for a config with 4"):
+            model(ids[:, -1:], past_key_values=cache, use_cache=True)
+
+
 class _Wrapper(torch.nn.Module):
     """A serving / training wrapper that reads layer 0's state before each step of the model it wraps."""
 
