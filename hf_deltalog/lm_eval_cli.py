@@ -25,52 +25,42 @@ from pathlib import Path
 __all__ = ["is_fla_checkpoint", "main"]
 
 
-def _option(argv: list[str], name: str) -> str | None:
-    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``argv`` (the last one), else None."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg[len(name) + 1:]
-    return value
+def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None]:
+    """``(pretrained, device)`` as lm-eval's own CLI will read them from ``argv``: its parser (so every form it takes
+    counts: ``--model_args`` with one or more ``key=value`` values or a JSON object, ``-a``, quoted values,
+    abbreviations), and a ``--config`` YAML file below the command line. ``(None, None)`` when ``argv`` is not a
+    ``run`` that parses (help, another subcommand, an error: lm-eval's CLI then says so itself)."""
+    import contextlib
+    import io
 
+    from lm_eval._cli import HarnessCLI
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+    from lm_eval.utils import simple_parse_args_string
 
-def _model_args(argv: list[str]) -> list[str]:
-    """The values of every ``--model_args`` / ``-a`` in ``argv``: lm-eval takes one or more after the flag (up to the
-    next option), or ``--model_args=VALUE``."""
-    values, taking = [], False
-    for arg in argv:
-        if arg in ("--model_args", "-a"):
-            taking = True
-        elif arg.startswith("--model_args="):
-            values.append(arg[len("--model_args="):])
-            taking = False
-        elif taking and not arg.startswith("-"):
-            values.append(arg)
-        else:
-            taking = False
-    return values
-
-
-def _pretrained(model_args: str | list[str] | None) -> str | None:
-    """``pretrained`` of lm-eval ``--model_args`` values (the last one given): ``key=value`` pairs separated by commas,
-    or a JSON object (which lm-eval's CLI takes too)."""
-    found = None
-    for text in [model_args] if isinstance(model_args, str) else (model_args or []):
-        text = text.strip()
-        if text.startswith("{"):
-            try:
-                value = json.loads(text).get("pretrained")
-            except (ValueError, AttributeError):
-                continue  # lm-eval reports the malformed argument itself
-            found = found if value is None else str(value)
-            continue
-        for pair in text.split(","):
-            key, _, value = pair.partition("=")
-            if key.strip() == "pretrained":
-                found = value.strip()
-    return found
+    cli = HarnessCLI()
+    args = list(argv)
+    if len(args) > 1 and args[0] not in cli._subparsers.choices:
+        args.insert(0, "run")  # as lm-eval's CLI does for the legacy form
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            namespace = cli._parser.parse_args(args)
+    except SystemExit:
+        return None, None
+    if getattr(namespace, "command", None) != "run":
+        return None, None
+    settings = {}
+    config = getattr(namespace, "config", None)
+    if config:
+        with contextlib.suppress(Exception):  # lm-eval reports a bad file itself
+            settings = EvaluatorConfig.load_yaml_config(config)
+    model_args = settings.get("model_args") or {}
+    if isinstance(model_args, str):
+        model_args = simple_parse_args_string(model_args)
+    model_args = {**model_args, **(getattr(namespace, "model_args", None) or {})}
+    pretrained = model_args.get("pretrained")
+    device = getattr(namespace, "device", None) or settings.get("device")
+    return (None if pretrained is None else str(pretrained)), (None if device is None else str(device))
 
 
 def is_fla_checkpoint(pretrained: str | None) -> bool:
@@ -92,8 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     from hf_deltalog.interpreter import collapse_autotuners, hide_fla_on_cpu, interpreting
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    device = _option(argv, "--device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    pretrained = _pretrained(_model_args(argv))
+    pretrained, device = _lm_eval_settings(argv)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if is_fla_checkpoint(pretrained):
         if torch.device(device).type == "cpu" and not interpreting():
             raise SystemExit(

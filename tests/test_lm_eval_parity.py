@@ -261,12 +261,29 @@ def test_lm_eval_command_line_with_hf_cached(tmp_path):
     ["--model_args=cache=deltalog,pretrained=ckpt/x"],
     ["--model_args", "cache=deltalog", "pretrained=ckpt/x", "--tasks", "t"],  # lm-eval takes several values
     ["-a", "pretrained=ckpt/x"],
+    ["-apretrained=ckpt/x"],
+    ["--model_a", "pretrained=ckpt/x"],  # an abbreviation argparse accepts
+    ["--model_args", "pretrained='ckpt/x'"],  # lm-eval reads values as Python literals
+    ["--model_args", 'pretrained="ckpt/x",dtype=float32'],
     ["--model_args", '{"pretrained": "ckpt/x", "cache": "deltalog"}'],  # and a JSON object
+    ["--model_args", '{"pretrained": "ckpt/x"}', "pretrained=gpt2"],  # values after a JSON object are not read
 ])
-def test_lm_eval_cli_finds_pretrained_in_every_model_args_form(argv):
+def test_lm_eval_cli_reads_pretrained_as_lm_eval_does(argv):
     """The entry decides from `pretrained` whether to import FLA (an FLA checkpoint) or hide it (a transformers one).
-    It read only `key=value` pairs in the first value after --model_args: with a JSON object (or the checkpoint in a
-    later value) an FLA checkpoint failed inside transformers ("does not recognize model type rwkv6"; 31st review)."""
-    from hf_deltalog.lm_eval_cli import _model_args, _pretrained
+    It read only `key=value` pairs in the first value after --model_args: with a JSON object, a quoted value, a short
+    or abbreviated option or the checkpoint in a later value, an FLA checkpoint failed inside transformers ("does not
+    recognize model type rwkv6"; 31st and 33rd reviews). It reads them with lm-eval's own parser now."""
+    from hf_deltalog.lm_eval_cli import _lm_eval_settings
 
-    assert _pretrained(_model_args(["--model", "hf-cached", *argv])) == "ckpt/x"
+    assert _lm_eval_settings(["--model", "hf-cached", *argv, "--device", "cpu"]) == ("ckpt/x", "cpu")
+
+
+def test_lm_eval_cli_reads_a_config_file_below_the_command_line(tmp_path):
+    """lm-eval's --config YAML sets model_args and device too; the command line overrides it."""
+    from hf_deltalog.lm_eval_cli import _lm_eval_settings
+
+    config = tmp_path / "run.yaml"
+    config.write_text("model: hf-cached\nmodel_args:\n  pretrained: ckpt/y\ndevice: cpu\n")
+    assert _lm_eval_settings(["--config", str(config)]) == ("ckpt/y", "cpu")
+    assert _lm_eval_settings(["--config", str(config), "--model_args", "pretrained=ckpt/x"]) == ("ckpt/x", "cpu")
+    assert _lm_eval_settings(["--help"]) == (None, None)
