@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
         hide_fla_on_cpu(device)
     collapse_autotuners()  # only under TRITON_INTERPRET=1, where autotuners cannot time their configs
 
-    import hf_deltalog.harness  # noqa: F401 - registers the model "hf-cached" with lm-eval
     from lm_eval.__main__ import cli_evaluate
+
+    import hf_deltalog.harness  # noqa: F401 - registers the model "hf-cached" with lm-eval
 
     sys.argv = [sys.argv[0], *argv]
     cli_evaluate()
