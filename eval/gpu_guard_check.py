@@ -156,6 +156,48 @@ def _max_dlogit(a, b) -> float:
     return max((x.float() - y.float()).abs().max().item() for x, y in zip(a.logits, b.logits))
 
 
+def _threaded_generates(model, jobs, serialise: bool) -> list:
+    """Run the ``jobs`` (callables that call ``model.generate``) in threads started together; their results, or the
+    exception each raised. ``serialise``: the model's forwards take a lock (Triton's interpreter is not thread-safe:
+    on the CPU the calls still interleave step by step, on a GPU they run at once)."""
+    import threading
+
+    inner, out, start = model.model, [None] * len(jobs), threading.Barrier(len(jobs))
+    forward, lock = inner.forward, threading.Lock()
+
+    def locked(*args, **kwargs):
+        with lock:
+            return forward(*args, **kwargs)
+
+    def run(k):
+        start.wait()
+        try:
+            out[k] = jobs[k]()
+        except Exception as e:  # noqa: BLE001 - reported by the case
+            out[k] = e
+
+    if serialise:
+        inner.forward = locked
+    try:
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+    finally:
+        if serialise:
+            del inner.forward
+    return out
+
+
+def _threads_row(got: list, want: list) -> dict:
+    import torch
+
+    same = [isinstance(g, torch.Tensor) and torch.equal(g, w) for g, w in zip(got, want)]
+    return dict(ok=all(same), identical=same, errors=[f"{type(g).__name__}: {g}"[:300] for g in got
+                                                      if isinstance(g, BaseException)])
+
+
 def transformers_cases(family: str, device) -> list[dict]:
     import torch
     import transformers
@@ -358,10 +400,29 @@ def transformers_cases(family: str, device) -> list[dict]:
                       lambda: logits.logsumexp(-1).sum().backward())
         return dict(ok=err is None and logits.requires_grad, error=err)
 
+    def threads():  # a serving pattern: generate calls on one model at once, each with its own cache
+        from transformers import DynamicCache
+
+        prompts = [_ids(2, 6, vocab, device, 20 + k) for k in range(3)]
+        with torch.no_grad():
+            want = [model.generate(p, max_new_tokens=4, do_sample=False) for p in prompts]
+
+        def job(prompt, cache):
+            with torch.no_grad():
+                return model.generate(prompt, past_key_values=cache, max_new_tokens=4, do_sample=False,
+                                      disable_compile=True)
+
+        caches = [DeltaLogCache(model, backend="triton", merge_interval=M), DeltaLogCache(model, backend="triton",
+                  merge_interval=M + 1), DynamicCache(config=model.config)]
+        got = _threaded_generates(model, [lambda p=p, c=c: job(p, c) for p, c in zip(prompts, caches)],
+                                  serialise=device.type != "cuda")
+        return _threads_row(got, want)
+
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
     case("stopped_between_steps", stopped_between_steps)
+    case("threads", threads)
     case("positional_generation_config", positional_generation_config)
     case("manual_step_after_a_stop_between_layers", lambda: _manual_stop_row(
         model, lambda: DeltaLogCache(model, backend="triton", merge_interval=M), model.model.layers[2], ids,
@@ -504,10 +565,18 @@ def fla_cases(family: str, device) -> list[dict]:
                     max_abs_logit_diff_to_fla_doing_the_same=(got - fla_peek).abs().max().item(),
                     fla_peek_moved_its_cache=(fla_peek - fla_clean).abs().max().item())
 
+    def threads():  # generate calls on one FLA model at once: two DeltaLogCaches and FLA's own Cache (hand-over)
+        prompts = [_ids(2, 4, vocab, device, 20 + k) for k in range(3)]
+        want = [reference(p, 4, do_sample=False) for p in prompts]
+        jobs = [lambda p=p: ours(p, DeltaLogCache(model, backend="triton", merge_interval=M), 4, do_sample=False)
+                for p in prompts[:2]] + [lambda: reference(prompts[2], 4, do_sample=False)]
+        return _threads_row(_threaded_generates(model, jobs, serialise=device.type != "cuda"), want)
+
     case("multi_turn", multi_turn)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
     case("stopped_between_steps", stopped_between_steps)
+    case("threads", threads)
     case("inference_mode_then_plain", inference_mode_then_plain)
     case("legacy_snapshot", legacy_snapshot)
     last = model.model.layers[-1]  # RWKV6: stop after the last block's recurrent store, before its FFN's store

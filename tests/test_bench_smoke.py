@@ -168,7 +168,7 @@ def test_gpu_guard_check_cpu_smoke():
     spec.loader.exec_module(check)
     rows = check.main(["--cpu-smoke", "--families", "qwen3_5"])
     assert [r["case"] for r in rows] == ["multi_turn", "interrupted_prefill", "stopped_decode_step",
-                                         "stopped_between_steps", "positional_generation_config",
+                                         "stopped_between_steps", "threads", "positional_generation_config",
                                          "manual_step_after_a_stop_between_layers", "static_stop_between_layers",
                                          "past_recording_static", "compiled_forward", "dtype_switch",
                                          "backward_raises"]

@@ -68,7 +68,7 @@ def test_gpu_guard_check_fla_cpu_smoke():
     spec.loader.exec_module(check)
     rows = check.main(["--cpu-smoke", "--families", "fla_rwkv6"])
     assert [r["case"] for r in rows] == ["multi_turn", "interrupted_prefill", "stopped_decode_step",
-                                         "stopped_between_steps", "inference_mode_then_plain", "legacy_snapshot",
-                                         "manual_step_after_a_stop_between_stores"]
+                                         "stopped_between_steps", "threads", "inference_mode_then_plain",
+                                         "legacy_snapshot", "manual_step_after_a_stop_between_stores"]
     assert all(r["ok"] for r in rows), rows
     assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
