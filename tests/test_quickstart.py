@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import torch
-
 from conftest import python_script_command
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"
