@@ -23,6 +23,8 @@ import transformers
 from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_types import int_in, positive_int  # noqa: E402
 from utils import FAMILIES, max_abs, prompt_ids, rel_err, tiny_model  # noqa: E402
 
 import hf_deltalog  # noqa: E402
@@ -60,32 +62,10 @@ def run(family: str, dtype: torch.dtype, merge_interval: int, new_tokens: int) -
                 final_state_rel_err=state_err)
 
 
-def _merge_interval(text: str) -> int:
-    """A DeltaLog M as DeltaLogCache takes it: an integer in [1, MAX_MERGE_INTERVAL]."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_MERGE_INTERVAL:
-        raise argparse.ArgumentTypeError(f"must be an integer in [1, {MAX_MERGE_INTERVAL}] (DeltaLogCache's "
-                                         f"merge_interval); got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer of at least 1; got {text}")
-    return value
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--new-tokens", type=_positive_int, default=64)
-    parser.add_argument("--merge-intervals", type=_merge_interval, nargs="+", default=[1, 2, 3, 8, 16],
+    parser.add_argument("--new-tokens", type=positive_int, default=64)
+    parser.add_argument("--merge-intervals", type=int_in(1, MAX_MERGE_INTERVAL, " (DeltaLogCache's merge_interval)"), nargs="+", default=[1, 2, 3, 8, 16],
                         help="DeltaLog M values, each in [1, 1024] (default: 1 2 3 8 16)")
     parser.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "cache_parity.json")

@@ -30,6 +30,10 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+from cli_types import positive_int  # noqa: E402
+
 LOCAL_TASKS = HERE / "tasks"
 DEFAULT_TASKS = ("shakespeare_next_line_gen", "shakespeare_next_line_mc")
 SKIP_KEYS = ("alias", "name", "sample_len", "samples")
@@ -229,13 +233,6 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
     return out
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer of at least 1; got {text}")
-    return value
-
-
 def _fla_version() -> str | None:
     """The installed flash-linear-attention version (None when it is not installed), read from its package metadata:
     `import fla` is refused in a run that hid FLA from transformers, though FLA is installed."""
@@ -319,11 +316,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pretrained", nargs="+", required=True, help="checkpoint directories (or hub ids)")
     parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
-    parser.add_argument("--limit", type=_positive_int, default=None, help="documents per task (default: all)")
-    parser.add_argument("--batch-size", type=_positive_int, default=16)
+    parser.add_argument("--limit", type=positive_int, default=None, help="documents per task (default: all)")
+    parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    parser.add_argument("--merge-interval", type=_positive_int, default=None,
+    parser.add_argument("--merge-interval", type=positive_int, default=None,
                         help="DeltaLog M, in [1, 1024] (default: the cache's own)")
     parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--out", type=Path, default=None, help="folder for parity.json and parity.md")

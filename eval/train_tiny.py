@@ -47,6 +47,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # hf_deltalog from this checkout when it is not installed
 import shakespeare  # noqa: E402
+from cli_types import non_negative_float, positive_float, positive_int  # noqa: E402
 
 from hf_deltalog.interpreter import collapse_autotuners, fused_recurrent_under_interpreter  # noqa: E402
 
@@ -365,36 +366,6 @@ def hide_fla() -> None:
     sys.modules["fla"] = None  # `import fla` raises ImportError; transformers' availability check says False
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer of at least 1; got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0; got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value >= 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0; got {text!r}")
-    return value
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -406,22 +377,22 @@ def main() -> None:
     t.add_argument("--force", action="store_true",
                    help="overwrite a checkpoint already in the output folder (refused without it)")
     t.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    t.add_argument("--max-steps", type=_positive_int, default=20000)
-    t.add_argument("--time-budget", type=_positive_float, default=240.0,
+    t.add_argument("--max-steps", type=positive_int, default=20000)
+    t.add_argument("--time-budget", type=positive_float, default=240.0,
                    help="seconds of training after the first step (the schedule follows it; the first step, mostly "
                         "Triton compilation on a GPU, is timed apart as first_step_seconds)")
-    t.add_argument("--batch-size", type=_positive_int, default=None, help="default: 64 on CUDA, 16 on the CPU")
-    t.add_argument("--seq-len", type=_positive_int, default=256)
-    t.add_argument("--lr", type=_positive_float, default=3e-3)
-    t.add_argument("--weight-decay", type=_non_negative_float, default=0.1)
-    t.add_argument("--warmup", type=_positive_int, default=100, help="steps of linear warmup (1: none)")
-    t.add_argument("--eval-every", type=_positive_int, default=100)
-    t.add_argument("--log-every", type=_positive_int, default=10)
-    t.add_argument("--val-windows", type=_positive_int, default=64)
-    t.add_argument("--patience", type=_positive_int, default=5,
+    t.add_argument("--batch-size", type=positive_int, default=None, help="default: 64 on CUDA, 16 on the CPU")
+    t.add_argument("--seq-len", type=positive_int, default=256)
+    t.add_argument("--lr", type=positive_float, default=3e-3)
+    t.add_argument("--weight-decay", type=non_negative_float, default=0.1)
+    t.add_argument("--warmup", type=positive_int, default=100, help="steps of linear warmup (1: none)")
+    t.add_argument("--eval-every", type=positive_int, default=100)
+    t.add_argument("--log-every", type=positive_int, default=10)
+    t.add_argument("--val-windows", type=positive_int, default=64)
+    t.add_argument("--patience", type=positive_int, default=5,
                    help="stop after this many evaluations without improvement")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--test-tokens", type=_positive_int, default=None,
+    t.add_argument("--test-tokens", type=positive_int, default=None,
                    help="score only the first N test tokens (default: all)")
     t.add_argument("--init", type=Path, default=None,
                    help="continue from a checkpoint this script wrote (its curve is kept; a new warmup and decay)")
