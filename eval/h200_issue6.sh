@@ -66,7 +66,7 @@ parity() {  # parity NAME TIMEOUT [arguments]
 }
 train() {  # train MODEL TIMEOUT
   # shellcheck disable=SC2086
-  run "train_$1" "$2" "$PY" -u eval/train_tiny.py train --model "$1" $TRAIN_ARGS --out "$NEW/$1-shakespeare" &&
+  run "train_$1" "$2" "$PY" -u eval/train_tiny.py train --model "$1" $TRAIN_ARGS --out "$NEW/$1-shakespeare" --force &&
     tail -3 "$RES/logs/train_$1.log"
 }
 

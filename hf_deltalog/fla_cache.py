@@ -885,12 +885,18 @@ class FLADeltaLogCache(FLACache):
         self._after_beams = bool(beams)
         self._stopped_generate = None
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
-        if sequences is not None and self.get_seq_length() == 0:
-            raise RuntimeError(
-                "generate returned without decoding through this DeltaLogCache (it holds no token): the model did not "
-                "receive it as past_key_values, so FLA decoded without a cache and the returned tokens are not cached "
-                "decoding's. An instance attribute prepare_inputs_for_generation (or _validate_model_kwargs) set on "
-                "the model bypasses hf_deltalog's hand-over; remove it, or pass the cache through FLA's own API")
+        held = self.get_seq_length()
+        # Every token of the returned sequences but the last went through the cache (more when the call passed only
+        # the new tokens of a continuation); fewer: some steps did not reach it
+        if sequences is not None and not beams and held < sequences.shape[-1] - 1:
+            self._ledger = None
+            self._shared.status.broken = (  # locked until reset(): its layers miss the steps that bypassed it
+                f"generate returned {sequences.shape[-1]} tokens per row, but only {held} went through this "
+                "DeltaLogCache: from some step on the model did not receive it as past_key_values, so FLA decoded "
+                "without a cache and the returned tokens are not cached decoding's. Something replaced the model's "
+                "prepare_inputs_for_generation (an instance attribute, or a rebinding of its class's method during "
+                "generate) and bypassed hf_deltalog's hand-over. Call cache.reset() and generate again without it")
+            raise RuntimeError(self._shared.status.broken)
         sequences = None if beams else sequences
         consumed = None if sequences is None else sequences[:, :-1]
         ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())
@@ -899,43 +905,55 @@ class FLADeltaLogCache(FLACache):
 
 # The caches handed over to each model (while a handover is open), and the class hooks that hand them over. The hooks
 # are installed on a model's class while some handover of a model of that class is open, and removed by the last.
-_HANDOVER_LOCK = threading.Lock()
-_HANDED: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()  # model -> its handed caches
-_CLASS_HOOKS: dict[type, tuple[int, dict[str, tuple[bool, Any]]]] = {}  # class -> (open handovers, {name: own attr})
+# Kept through an importlib.reload of this module (as the patches' state is).
+_HANDOVER_LOCK = globals().get("_HANDOVER_LOCK") or threading.Lock()
+# id(model) -> (model, its handed caches): by identity, so a model class that is not hashable works too
+_HANDED: dict[int, tuple[Any, tuple[Any, ...]]] = globals().get("_HANDED", {})
+_CLASS_HOOKS: dict[type, tuple[int, dict[str, tuple[bool, Any]]]] = globals().get("_CLASS_HOOKS", {})
 _HOOK_NAMES = ("_validate_model_kwargs", "prepare_inputs_for_generation")
-_HOOKS: weakref.WeakSet = weakref.WeakSet()  # the hook functions (by identity: a copy of their attributes is not one)
+_HOOKS: weakref.WeakSet = globals().get("_HOOKS") or weakref.WeakSet()  # the hooks, by identity
+
+
+def _handed_caches(model: Any) -> tuple[Any, ...]:
+    entry = _HANDED.get(id(model))
+    return entry[1] if entry is not None and entry[0] is model else ()
 
 
 def _handed_to(model: Any, value: Any) -> bool:
     """Whether ``value`` is a cache handed over to ``model`` by an open :func:`fla_generate_handover`."""
-    return value is not None and any(value is cache for cache in _HANDED.get(model, ()))
+    return value is not None and any(value is cache for cache in _handed_caches(model))
+
+
+def _hook(name: str, upstream: Callable) -> Callable:
+    """The hand-over hook for the class method ``name``, wrapping ``upstream`` (what the class resolved it to)."""
+    if name == "_validate_model_kwargs":
+        @functools.wraps(upstream)
+        def hook(self, model_kwargs: dict[str, Any]) -> None:
+            if _handed_caches(self):
+                model_kwargs = {k: v for k, v in model_kwargs.items() if not (k == "cache" and _handed_to(self, v))}
+            return upstream(self, model_kwargs)
+    else:
+        @functools.wraps(upstream)  # the kwarg check reads this signature
+        def hook(self, *a: Any, **kw: Any) -> dict[str, Any]:
+            model_inputs = upstream(self, *a, **kw)
+            if _handed_to(self, model_inputs.get("cache")) and model_inputs.get("past_key_values") is None:
+                model_inputs["past_key_values"] = model_inputs.pop("cache")
+            return model_inputs
+    _HOOKS.add(hook)
+    return hook
 
 
 def _hook_class(cls: type) -> None:
-    """Install the hand-over hooks on ``cls`` (or count one more open handover). Under ``_HANDOVER_LOCK``."""
-    opened, saved = _CLASS_HOOKS.get(cls, (0, None))
-    if saved is not None and all(cls.__dict__.get(name) in _HOOKS for name in _HOOK_NAMES):
-        _CLASS_HOOKS[cls] = (opened + 1, saved)
-        return
-    validate, prepare = cls._validate_model_kwargs, cls.prepare_inputs_for_generation
-
-    @functools.wraps(validate)
-    def _validate_model_kwargs(self, model_kwargs: dict[str, Any]) -> None:
-        if _HANDED.get(self):
-            model_kwargs = {k: v for k, v in model_kwargs.items() if not (k == "cache" and _handed_to(self, v))}
-        return validate(self, model_kwargs)
-
-    @functools.wraps(prepare)  # the kwarg check reads this signature
-    def prepare_inputs_for_generation(self, *a: Any, **kw: Any) -> dict[str, Any]:
-        model_inputs = prepare(self, *a, **kw)
-        if _handed_to(self, model_inputs.get("cache")) and model_inputs.get("past_key_values") is None:
-            model_inputs["past_key_values"] = model_inputs.pop("cache")
-        return model_inputs
-
-    saved = {name: (name in cls.__dict__, cls.__dict__.get(name)) for name in _HOOK_NAMES}
-    for name, hook in zip(_HOOK_NAMES, (_validate_model_kwargs, prepare_inputs_for_generation)):
-        _HOOKS.add(hook)
-        setattr(cls, name, hook)
+    """Count one more open handover on ``cls`` and make sure both hooks are bound there: the first one installs them,
+    remembering what the class itself held; a later one re-hooks a name someone rebound in between (remembering the
+    rebinding, which the last close puts back). Under ``_HANDOVER_LOCK``."""
+    opened, saved = _CLASS_HOOKS.get(cls, (0, {}))
+    saved = dict(saved)
+    for name in _HOOK_NAMES:
+        if cls.__dict__.get(name) in _HOOKS:
+            continue
+        saved[name] = (name in cls.__dict__, cls.__dict__.get(name))
+        setattr(cls, name, _hook(name, getattr(cls, name)))
     _CLASS_HOOKS[cls] = (opened + 1, saved)
 
 
@@ -987,19 +1005,29 @@ def fla_generate_handover(model: Any, cache: FLACache):
         return
     cls = type(model)
     with _HANDOVER_LOCK:
-        _hook_class(cls)
-        _HANDED[model] = _HANDED.get(model, ()) + (cache,)
+        _HANDED[id(model)] = (model, _handed_caches(model) + (cache,))
+        try:
+            _hook_class(cls)
+        except BaseException:
+            _release(model, cache, cls, hooked=False)
+            raise
     try:
         yield
     finally:
         with _HANDOVER_LOCK:
-            held = list(_HANDED.get(model, ()))
-            for i, handed in enumerate(held):
-                if handed is cache:
-                    del held[i]
-                    break
-            if held:
-                _HANDED[model] = tuple(held)
-            else:
-                _HANDED.pop(model, None)
-            _unhook_class(cls)
+            _release(model, cache, cls, hooked=True)
+
+
+def _release(model: Any, cache: Any, cls: type, hooked: bool) -> None:
+    """Take ``cache`` off ``model``'s handed caches (and one open handover off ``cls``). Under ``_HANDOVER_LOCK``."""
+    held = list(_handed_caches(model))
+    for i, handed in enumerate(held):
+        if handed is cache:
+            del held[i]
+            break
+    if held:
+        _HANDED[id(model)] = (model, tuple(held))
+    else:
+        _HANDED.pop(id(model), None)
+    if hooked:
+        _unhook_class(cls)

@@ -54,10 +54,10 @@ def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None]:
     if config:
         with contextlib.suppress(Exception):  # lm-eval reports a bad file itself
             settings = EvaluatorConfig.load_yaml_config(config)
-    model_args = settings.get("model_args") or {}
+    # lm-eval takes the command line's model_args instead of the file's (EvaluatorConfig.from_cli), not merged
+    model_args = getattr(namespace, "model_args", None) or settings.get("model_args") or {}
     if isinstance(model_args, str):
         model_args = simple_parse_args_string(model_args)
-    model_args = {**model_args, **(getattr(namespace, "model_args", None) or {})}
     pretrained = model_args.get("pretrained")
     device = getattr(namespace, "device", None) or settings.get("device")
     return (None if pretrained is None else str(pretrained)), (None if device is None else str(device))

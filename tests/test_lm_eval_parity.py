@@ -279,11 +279,13 @@ def test_lm_eval_cli_reads_pretrained_as_lm_eval_does(argv):
 
 
 def test_lm_eval_cli_reads_a_config_file_below_the_command_line(tmp_path):
-    """lm-eval's --config YAML sets model_args and device too; the command line overrides it."""
+    """lm-eval's --config YAML sets model_args and device too; the command line's model_args replace the file's (they
+    were merged, so a file's FLA checkpoint decided for a command line without one: 34th review)."""
     from hf_deltalog.lm_eval_cli import _lm_eval_settings
 
     config = tmp_path / "run.yaml"
     config.write_text("model: hf-cached\nmodel_args:\n  pretrained: ckpt/y\ndevice: cpu\n")
     assert _lm_eval_settings(["--config", str(config)]) == ("ckpt/y", "cpu")
     assert _lm_eval_settings(["--config", str(config), "--model_args", "pretrained=ckpt/x"]) == ("ckpt/x", "cpu")
+    assert _lm_eval_settings(["--config", str(config), "--model_args", "cache=deltalog"]) == (None, "cpu")
     assert _lm_eval_settings(["--help"]) == (None, None)

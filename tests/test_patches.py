@@ -287,3 +287,40 @@ def test_a_wraps_wrapper_of_a_dispatcher_is_a_third_party_rebinding():
         hf_deltalog.unpatch()
         setattr(module, name, original)
         hf_deltalog.patch()
+
+
+MODULE_RELOAD_SCRIPT = """
+import sys
+sys.modules.setdefault("fla", None)  # as tests/conftest.py
+import importlib
+from transformers.generation.utils import GenerationMixin
+import hf_deltalog
+from hf_deltalog.patches import registry
+
+spec = registry.FAMILIES["qwen3_5_text"]
+module = importlib.import_module(spec.module)
+hf_deltalog.patch(["qwen3_5"])
+upstream = getattr(module, spec.recurrent).__deltalog_upstream__
+upstream_generate = GenerationMixin.__dict__["generate"].__deltalog_upstream__
+importlib.reload(registry)  # as IPython's autoreload does
+assert registry.is_patched("qwen3_5")
+registry.unpatch()
+assert getattr(module, spec.recurrent) is upstream and GenerationMixin.__dict__["generate"] is upstream_generate
+registry.patch(["qwen3_5"])
+assert getattr(module, spec.recurrent).__deltalog_upstream__ is upstream  # one dispatcher, not two
+assert GenerationMixin.__dict__["generate"].__deltalog_upstream__ is upstream_generate
+print("ok")
+"""
+
+
+def test_patch_state_survives_a_reload_of_the_registry(tmp_path):
+    """importlib.reload(hf_deltalog.patches.registry) (IPython's autoreload) emptied the set of known dispatchers and
+    the saved originals: unpatch() then left the dispatchers bound, and patch() wrapped them a second time (generate's
+    checks ran twice; 34th review). The patch state is kept through a reload now. Runs in a subprocess."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "reload_registry.py"
+    script.write_text(MODULE_RELOAD_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

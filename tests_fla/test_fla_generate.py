@@ -630,7 +630,7 @@ def _handover_left_nothing(model) -> bool:
     from hf_deltalog import fla_cache
 
     hooked = any(type(model).__dict__.get(name) in fla_cache._HOOKS for name in fla_cache._HOOK_NAMES)
-    return not hooked and model not in fla_cache._HANDED and not set(fla_cache._HOOK_NAMES) & set(vars(model))
+    return not hooked and id(model) not in fla_cache._HANDED and not set(fla_cache._HOOK_NAMES) & set(vars(model))
 
 
 def test_a_user_adaptation_made_during_a_handover_is_left_alone():
@@ -743,5 +743,87 @@ def test_user_instance_attributes_do_not_make_generate_decode_without_the_cache(
         return inputs
 
     monkeypatch.setattr(model, "prepare_inputs_for_generation", dropping, raising=False)
-    with pytest.raises(RuntimeError, match="without decoding through this DeltaLogCache"):
+    with pytest.raises(RuntimeError, match="only 0 went through this DeltaLogCache"):
         generate_ours(model, ids, DeltaLogCache(model, backend="torch"), **kw)
+
+
+def test_a_class_method_rebound_during_generate_is_caught():
+    """A library re-binding the model class's prepare_inputs_for_generation while a generate ran (after its second
+    token) removed the hand-over from the later steps: FLA decoded them without the cache and generate returned other
+    tokens with no error; the check after generate looked only for a cache holding no token (34th review). Now a cache
+    that holds fewer tokens than generate fed it raises (and stays locked until reset()); the next handover hooks the
+    class again over the rebinding, which the last one puts back."""
+    import functools
+
+    model, ids = tiny_model("gated_deltanet"), prompt_ids(1, 4)
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=PAD)
+    cls = type(model)
+    had, own = "prepare_inputs_for_generation" in cls.__dict__, cls.__dict__.get("prepare_inputs_for_generation")
+    upstream = getattr(cls, "prepare_inputs_for_generation")
+    while hasattr(upstream, "__wrapped__"):  # FLA's method under any hooks
+        upstream = upstream.__wrapped__
+
+    @functools.wraps(upstream)
+    def rebound(self, *args, **kwargs):
+        return upstream(self, *args, **kwargs)
+
+    class Rebinder(BaseStreamer):
+        calls = 0
+
+        def put(self, value):
+            Rebinder.calls += 1
+            if Rebinder.calls == 3:
+                cls.prepare_inputs_for_generation = rebound
+
+        def end(self):
+            pass
+
+    cache = DeltaLogCache(model, backend="torch")
+    try:
+        with pytest.raises(RuntimeError, match="returned 10 tokens per row, but only 5 went through"):
+            generate_ours(model, ids, cache, streamer=Rebinder(), **kw)
+        assert cls.__dict__.get("prepare_inputs_for_generation") is rebound  # the rebinding stays
+        with pytest.raises(ValueError, match="Call cache.reset"):
+            generate_ours(model, ids, cache, **kw)
+        assert torch.equal(generate_ours(model, ids, DeltaLogCache(model, backend="torch"), **kw),
+                           generate_ref(model, ids, **kw)[0])  # hooked again over the rebinding
+        assert cls.__dict__.get("prepare_inputs_for_generation") is rebound
+    finally:
+        if had:
+            cls.prepare_inputs_for_generation = own
+        else:
+            del cls.prepare_inputs_for_generation
+    assert _handover_left_nothing(model)
+
+
+def test_a_rebinding_between_two_open_handovers_is_restored_exactly():
+    """Handover A open, the class's prepare_inputs_for_generation rebound, handover B opened and both closed: B's
+    install recorded A's hook as the class's own _validate_model_kwargs and left it on the class for good (34th
+    review). The state the first install saw is kept; only the rebinding is remembered and put back."""
+    from hf_deltalog.fla_cache import fla_generate_handover
+
+    first, second = tiny_model("kda"), tiny_model("kda", seed=1)
+    cls = type(first)
+    own = {name: (name in cls.__dict__, cls.__dict__.get(name))
+           for name in ("_validate_model_kwargs", "prepare_inputs_for_generation")}
+    upstream = cls.prepare_inputs_for_generation
+
+    def user(self, *args, **kwargs):
+        return upstream(self, *args, **kwargs)
+
+    try:
+        with fla_generate_handover(first, Cache()):
+            cls.prepare_inputs_for_generation = user
+            with fla_generate_handover(second, Cache()):
+                pass
+        assert cls.__dict__.get("prepare_inputs_for_generation") is user
+        had, fn = own["_validate_model_kwargs"]
+        assert ("_validate_model_kwargs" in cls.__dict__) == had and cls.__dict__.get("_validate_model_kwargs") is fn
+    finally:
+        for name, (had, fn) in own.items():
+            if had:
+                setattr(cls, name, fn)
+            elif name in cls.__dict__:
+                delattr(cls, name)
+    assert _handover_left_nothing(first) and _handover_left_nothing(second)
+

@@ -92,8 +92,10 @@ FLA_FAMILIES: dict[str, FLAFamilySpec] = {
     )
 }
 
-_LOCK = threading.RLock()
-_ORIGINALS: dict[str, dict[str, Callable]] = {}  # model_type -> {global name: FLA's function}; present iff patched
+# Kept through an importlib.reload of this module, as in hf_deltalog.patches.registry.
+_LOCK = globals().get("_LOCK") or threading.RLock()
+# model_type -> {global name: FLA's function}; present iff patched
+_ORIGINALS: dict[str, dict[str, Callable]] = globals().get("_ORIGINALS", {})
 
 
 def supported_fla_model_types() -> list[str]:
@@ -174,7 +176,7 @@ def _dispatcher(upstream: Callable, spec: FLAFamilySpec, multi_token: bool) -> C
 
 # Whether unpatch_fla() was called with no patch_fla() since: an FLA cache restored by pickle / copy.deepcopy then
 # leaves the layers unbound (FLADeltaLogCache.__setstate__; registry.patch_after_unpickling for transformers').
-_UNPATCHED = {"by_user": False}
+_UNPATCHED = globals().get("_UNPATCHED", {"by_user": False})
 
 
 def patch_fla(model_types: str | list[str] | None = None) -> list[str]:

@@ -105,10 +105,12 @@ FAMILIES: dict[str, FamilySpec] = {
 _WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "qwen4_exp": "qwen4_exp_text",
              "glm5_next": "glm5_next_text"}
 
-_LOCK = threading.RLock()
+# The patch state outlives an importlib.reload of this module (IPython's autoreload does that): a reload keeps the
+# module's namespace, so the state already there is kept, and what is bound stays known and revertible.
+_LOCK = globals().get("_LOCK") or threading.RLock()
 # model_type -> {global name: upstream function}; present iff the family is patched.
-_ORIGINALS: dict[str, dict[str, Callable]] = {}
-_GENERATION_ORIGINAL: dict[str, Callable] = {}
+_ORIGINALS: dict[str, dict[str, Callable]] = globals().get("_ORIGINALS", {})
+_GENERATION_ORIGINAL: dict[str, Callable] = globals().get("_GENERATION_ORIGINAL", {})
 
 
 def supported_model_types() -> list[str]:
@@ -330,7 +332,7 @@ def install_generate_checks() -> None:
 
 # Whether unpatch() was called with no patch() since: unpickling (or deep-copying) a cache binds the recurrences only
 # when nobody unbound them deliberately (patch_after_unpickling).
-_UNPATCHED = {"by_user": False}
+_UNPATCHED = globals().get("_UNPATCHED", {"by_user": False})
 
 
 def patch_after_unpickling() -> None:
@@ -442,7 +444,7 @@ def patched_families() -> list[str]:
 
 # Every dispatcher made here and in patches/fla.py, by identity: a third party's ``functools.wraps`` wrapper of one
 # copies its ``__deltalog_upstream__`` attribute but is not ours (unpatch keeps it, patch wraps it).
-_DISPATCHERS: weakref.WeakSet = weakref.WeakSet()
+_DISPATCHERS: weakref.WeakSet = globals().get("_DISPATCHERS") or weakref.WeakSet()
 
 
 def _dispatcher_of(fn: Callable, upstream: Callable) -> Callable:
