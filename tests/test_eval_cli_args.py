@@ -163,7 +163,8 @@ def test_gpu_guard_check_cpu_smoke_sets_the_interpreter_itself(tmp_path):
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     rows = json.loads((tmp_path / "guard.json").read_text())
-    assert len(rows) == 11 and all(r["ok"] for r in rows)
+    # every case passes, on hf_deltalog's Triton kernels (interpreted); the case list is checked by test_bench_smoke
+    assert rows and all(r["ok"] for r in rows) and rows[0]["case"] == "multi_turn" and rows[0]["backends"] == ["triton"]
 
 
 # --------------------------------------------------------------------------------- tpot.py, bench_gdn_decode.py
