@@ -241,6 +241,10 @@ class DeltaLogState:
         if dtypes and not any(isinstance(a, torch.Tensor) for a in args):
             return self
         self.layer.status.broken = "its state reached a recurrence that hf_deltalog has not bound"
+        if type(self) is not globals()["DeltaLogState"]:  # this module was reloaded since (autoreload)
+            raise RuntimeError(
+                "this DeltaLogCache was built before hf_deltalog.cache was reloaded (importlib.reload, IPython's "
+                "autoreload): the reloaded bindings do not know its state objects; build a new DeltaLogCache")
         raise RuntimeError(
             "a DeltaLogState reached a recurrence that hf_deltalog has not bound (was hf_deltalog.unpatch() called, or "
             "is the model of a family DeltaLogCache does not support?); call hf_deltalog.patch() or use another cache"

@@ -148,6 +148,11 @@ class FLADeltaLogState:
             # kernel (its interpreter reads the arguments first for some families); a user's read changes nothing
             if caller.split(".")[0] in ("fla", "triton"):
                 self.layer.shared.status.broken = "its state reached an FLA kernel that hf_deltalog has not bound"
+                if type(self) is not globals()["FLADeltaLogState"]:  # this module was reloaded since (autoreload)
+                    raise RuntimeError(
+                        "this DeltaLogCache was built before hf_deltalog.fla_cache was reloaded (importlib.reload, "
+                        "IPython's autoreload): the reloaded bindings do not know its state objects; build a new "
+                        "DeltaLogCache")
                 raise RuntimeError(
                     "a DeltaLog state reached an FLA kernel that hf_deltalog has not bound (was "
                     "hf_deltalog.unpatch() called, or is the layer of a family DeltaLogCache does not serve?); call "

@@ -324,3 +324,38 @@ def test_patch_state_survives_a_reload_of_the_registry(tmp_path):
     script.write_text(MODULE_RELOAD_SCRIPT)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+CACHE_RELOAD_SCRIPT = """
+import sys
+sys.modules.setdefault("fla", None)  # as tests/conftest.py
+sys.path.insert(0, {tests!r})
+import importlib
+import torch
+from utils import prompt_ids, tiny_model
+import hf_deltalog.cache as cache_module
+
+model, ids = tiny_model("qwen3_5"), prompt_ids(2, 5)
+cache = cache_module.DeltaLogCache(model, backend="torch")
+out = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+importlib.reload(cache_module)  # as IPython's autoreload does
+try:
+    model.generate(torch.cat([out, prompt_ids(2, 2, seed=9)], 1), cache=cache, max_new_tokens=3, do_sample=False)
+    raise SystemExit("a cache built before the reload decoded")
+except RuntimeError as error:
+    assert "built before hf_deltalog.cache was reloaded" in str(error), error
+print("ok")
+"""
+
+
+def test_a_cache_built_before_a_reload_of_the_cache_module_says_so(tmp_path):
+    """As for the FLA cache (35th review): after importlib.reload(hf_deltalog.cache) a cache built before is refused
+    naming the reload, not an unpatch() that never happened. Subprocess."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "reload_cache.py"
+    script.write_text(CACHE_RELOAD_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:] + done.stdout[-1000:]

@@ -609,3 +609,44 @@ def test_a_wraps_wrapper_of_an_fla_dispatcher_survives_unpatch_fla():
         unpatch_fla()
         gdn.fused_recurrent_gated_delta_rule = fused_recurrent_gated_delta_rule
         patch_fla()
+
+
+CACHE_MODULE_RELOAD_SCRIPT = """
+import importlib, os, sys
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, {tests!r})
+import torch
+from hf_deltalog.interpreter import collapse_autotuners
+collapse_autotuners()
+from helpers import generate_ours, generate_ref, prompt_ids, tiny_model
+from hf_deltalog import DeltaLogCache
+import hf_deltalog.fla_cache as fla_cache
+
+model, ids = tiny_model("gated_deltanet", layers=1), prompt_ids(2, 4, seed=8)
+cache = DeltaLogCache(model, merge_interval=3)
+out = generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
+importlib.reload(fla_cache)  # as IPython's autoreload does
+try:
+    generate_ours(model, torch.cat([out, prompt_ids(2, 2, seed=9)], 1), cache, max_new_tokens=4, do_sample=False)
+    raise SystemExit("a cache built before the reload decoded")
+except RuntimeError as error:
+    assert "built before hf_deltalog.fla_cache was reloaded" in str(error), error
+fresh = DeltaLogCache(model, merge_interval=3)
+assert torch.equal(generate_ours(model, ids, fresh, max_new_tokens=3, do_sample=False),
+                   generate_ref(model, ids, max_new_tokens=3, do_sample=False)[0])
+print("ok")
+"""
+
+
+def test_a_cache_built_before_a_reload_of_the_module_says_so(tmp_path):
+    """After importlib.reload(hf_deltalog.fla_cache) (IPython's autoreload), a cache built before failed with "reached
+    an FLA kernel that hf_deltalog has not bound (was hf_deltalog.unpatch() called ...)", which sent the user after an
+    unpatch that never happened (35th review). It names the reload now; a new cache decodes as FLA's. Subprocess."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "reload_cache_module.py"
+    script.write_text(CACHE_MODULE_RELOAD_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:] + done.stdout[-1000:]

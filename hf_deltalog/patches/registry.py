@@ -207,6 +207,7 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         named = bound.arguments
         extra = dict(named.get(var_keyword) or {}) if var_keyword else {}
         cache = extra.get("cache", extra.get("past_key_values", extra.get("cache_params")))
+        _refuse_a_cache_from_before_a_reload(cache)
         # FLA models get an hf_deltalog.fla_cache.FLADeltaLogCache (an FLA Cache) that carries the same checks.
         if not isinstance(cache, DeltaLogCache) and not getattr(type(cache), "_deltalog_generate_checks", False):
             return upstream(self, *args, **kwargs)
@@ -260,6 +261,18 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         return out
 
     return _dispatcher_of(generate, upstream)
+
+
+def _refuse_a_cache_from_before_a_reload(cache: Any) -> None:
+    """Raise RuntimeError when ``cache`` is an instance of one of hf_deltalog's classes as it was before its module was
+    reloaded (``importlib.reload``, IPython's autoreload): the reloaded code does not know its objects."""
+    cls = type(cache)
+    if not cls.__module__.startswith("hf_deltalog."):
+        return
+    module = sys.modules.get(cls.__module__)
+    if module is not None and getattr(module, cls.__name__, cls) is not cls:
+        raise RuntimeError(f"this {cls.__name__} was built before {cls.__module__} was reloaded (importlib.reload, "
+                           "IPython's autoreload): the reloaded code does not know its objects; build a new cache")
 
 
 def _new_tokens(model: Any, option: Callable[[str, Any], Any], passed: Any, extra: dict[str, Any],
