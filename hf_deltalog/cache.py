@@ -1588,11 +1588,8 @@ class DeltaLogCache(DynamicCache):
         self._after_beams = bool(beams)
         self._stopped_generate = None
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
-        consumed = None if sequences is None else sequences[:, :-1]
-        if consumed is not None and consumed.shape == (self.batch_size, int(self.get_seq_length())):
-            self._ledger = consumed.clone()  # not a view: the caller may edit the returned ids in place
-        else:
-            self._ledger = None  # e.g. beam search returns other rows than the cache holds: nothing to check later
+        # None after a beam search, whose rows are not the returned sequences: nothing to check later
+        self._ledger = consumed_ledger(self._ledger, sequences, self.batch_size, int(self.get_seq_length()))
 
 
 def check_layer_index(layer_idx: Any) -> None:
@@ -1730,6 +1727,24 @@ def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped
             "would expand its rows in the middle of the call. Continue it with one sequence per row, or call "
             "cache.reset() (or use a new cache) for a new beam search"
         )
+
+
+def consumed_ledger(ledger: torch.Tensor | None, sequences: torch.Tensor | None, rows: int,
+                    held: int) -> torch.Tensor | None:
+    """The ids a cache holding ``held`` tokens of ``rows`` rows consumed, ``[rows, held]``, after a ``generate`` call
+    returned ``sequences`` ``[rows, T]`` (None: unknown). Every returned token but the last went through the cache.
+    A call given the whole conversation returns all of it (``T − 1 = held``); a call given only the new tokens (with a
+    mask over cached and new ones) returns those and the generated ones, which continue the ``ledger`` the cache held
+    before the call (``ledger`` ``[rows, held − T + 1]``). Anything else (tokens fed by direct forwards in between, an
+    unknown earlier part): None, and the next continuation's ids are not compared. Shared by both caches."""
+    if sequences is None or sequences.dim() != 2 or sequences.shape[0] != rows:
+        return None
+    consumed = sequences[:, :-1]
+    if consumed.shape[1] == held:
+        return consumed.clone()  # not a view: the caller may edit the returned ids in place
+    if ledger is not None and ledger.shape == (rows, held - consumed.shape[1]) and ledger.shape[1] > 0:
+        return torch.cat([ledger, consumed.to(ledger.device)], dim=1)
+    return None
 
 
 def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input_ids: torch.Tensor,

@@ -63,6 +63,7 @@ from hf_deltalog.cache import (
     check_row_indices,
     check_rows_match,
     check_stagger_merges,
+    consumed_ledger,
     memory_breakdown_of,
     restart_log,
 )
@@ -902,10 +903,7 @@ class FLADeltaLogCache(FLACache):
                 "prepare_inputs_for_generation (an instance attribute, or a rebinding of its class's method during "
                 "generate) and bypassed hf_deltalog's hand-over. Call cache.reset() and generate again without it")
             raise RuntimeError(self._shared.status.broken)
-        sequences = None if beams else sequences
-        consumed = None if sequences is None else sequences[:, :-1]
-        ok = consumed is not None and consumed.shape == (self.batch_size, self.get_seq_length())
-        self._ledger = consumed.clone() if ok else None  # not a view: the caller may edit the returned ids in place
+        self._ledger = consumed_ledger(self._ledger, None if beams else sequences, self.batch_size, held)
 
 
 # The caches handed over to each model (while a handover is open), and the class hooks that hand them over. The hooks

@@ -434,6 +434,35 @@ def test_continuation_with_only_the_new_tokens():
     assert torch.equal(out, ref)
 
 
+def test_a_turn_of_only_new_tokens_keeps_the_consumed_ids_for_the_next_turn():
+    """A middle turn in the only-new-tokens form returns the new and generated ids only. The cache forgot the ids it
+    had consumed, so a third turn whose ids did not start with them (turn 2's returned ids plus new ones, as if they
+    were the whole conversation) was accepted and decoded from the wrong tokens. Now the record continues across the
+    turn: the wrong ids are refused before anything changes, and the whole conversation decodes the default cache's
+    tokens."""
+    model = tiny_model("qwen3_5")
+    kw = dict(do_sample=False)
+    cache, dense = DeltaLogCache(model), DynamicCache(config=model.config)
+    first = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, **kw)
+    assert torch.equal(first, model.generate(prompt_ids(2, 5), cache=dense, max_new_tokens=3, **kw))
+    new = torch.cat([first[:, -1:], prompt_ids(2, 3, seed=5)], 1)  # the unconsumed last token, then new ones
+    mask = torch.ones(2, cache.get_seq_length() + new.shape[1], dtype=torch.long)
+    second = model.generate(new, attention_mask=mask, cache=cache, max_new_tokens=4, **kw)
+    assert torch.equal(second, model.generate(new, attention_mask=mask, cache=dense, max_new_tokens=4, **kw))
+    conversation = torch.cat([first[:, :-1], second], 1)
+    held = cache.get_seq_length()
+    assert held == conversation.shape[1] - 1
+    more = prompt_ids(2, 2, seed=6)
+    wrong = torch.cat([second, second, more], 1)  # long enough to be a continuation, but not this conversation
+    assert wrong.shape[1] > held and not torch.equal(wrong[:, :held], conversation[:, :held])
+    with pytest.raises(ValueError, match=f"the first {held} input tokens differ from the {held} tokens"):
+        model.generate(wrong, cache=cache, max_new_tokens=3, **kw)
+    assert cache.get_seq_length() == held
+    right = torch.cat([conversation, more], 1)
+    assert torch.equal(model.generate(right, cache=cache, max_new_tokens=3, **kw),
+                       model.generate(right, cache=dense, max_new_tokens=3, **kw))
+
+
 # ---------------------------------------------------------------------------------------------- lengths
 def test_seq_length_and_mask_sizes_hybrid():
     model = tiny_model("qwen3_5")

@@ -238,6 +238,32 @@ def test_a_generate_stopped_between_steps_is_not_continued_silently(family):
     assert_matches_fla_after_reset(model, other, cache)
 
 
+def test_a_turn_of_only_new_tokens_keeps_the_consumed_ids_for_the_next_turn():
+    """A middle turn in the only-new-tokens form returns the new and generated ids only. The cache forgot the ids it
+    had consumed, so a third turn whose ids did not start with them (turn 2's returned ids plus new ones, as if they
+    were the whole conversation) was accepted and decoded from the wrong tokens. Now the record continues across the
+    turn: the wrong ids are refused before anything changes, and the whole conversation decodes FLA's tokens."""
+    model = tiny_model("gated_deltanet", layers=1)
+    kw = dict(do_sample=False)
+    cache = DeltaLogCache(model, merge_interval=3)
+    first = generate_ours(model, prompt_ids(2, 3, seed=3), cache, max_new_tokens=2, **kw)
+    new = torch.cat([first[:, -1:], prompt_ids(2, 3, seed=5)], 1)  # the unconsumed last token, then new ones
+    mask = torch.ones(2, cache.get_seq_length() + new.shape[1], dtype=torch.long)
+    second = generate_ours(model, new, cache, attention_mask=mask, max_new_tokens=3, **kw)
+    conversation = torch.cat([first[:, :-1], second], 1)
+    held = cache.get_seq_length()
+    assert held == conversation.shape[1] - 1
+    more = prompt_ids(2, 2, seed=6)
+    wrong = torch.cat([second, second, more], 1)  # long enough to be a continuation, but not this conversation
+    assert wrong.shape[1] > held and not torch.equal(wrong[:, :held], conversation[:, :held])
+    with pytest.raises(ValueError, match=f"the first {held} input tokens differ from the {held} tokens"):
+        generate_ours(model, wrong, cache, max_new_tokens=2, **kw)
+    assert cache.get_seq_length() == held
+    right = torch.cat([conversation, more], 1)
+    ref, _ = generate_ref(model, right, max_new_tokens=2, **kw)
+    assert torch.equal(generate_ours(model, right, cache, max_new_tokens=2, **kw), ref)
+
+
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
 def test_a_forward_interrupted_part_way_is_caught_at_the_next_generate(family):
     """An exception inside layer 1 during prefill leaves layer 0 holding the prompt and layer 1 nothing. FLA's own
