@@ -1372,25 +1372,23 @@ class DeltaLogCache(DynamicCache):
         return layer.materialize()
 
     def memory_footprint(self) -> int:
-        """Bytes held by the cache's state tensors: KV of attention layers, conv states, bases, logs, workspaces and
-        counters (not the ids generate's continuation check keeps, ``[B, T]`` int64 on the ids' device)."""
+        """Bytes held by the cache's layers in tensors, each counted once: KV of attention layers, conv states, bases,
+        logs, workspaces and counters (static mode's step counter, attention layers' lengths); not the ids
+        generate's continuation check keeps (``[B, T]`` int64 on the ids' device)."""
         seen: set[int] = set()
         total = 0
 
         def add(t: Any) -> None:
             nonlocal total
-            if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+            if isinstance(t, (dict, list, tuple)):
+                for item in t.values() if isinstance(t, dict) else t:
+                    add(item)
+            elif isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()
 
         for layer in self.layers:
-            for name in ("keys", "values", "indexer_keys"):
-                add(getattr(layer, name, None))
-            for t in getattr(layer, "conv_states", {}).values():
-                add(t)
-            if isinstance(layer, DeltaLogLayer):
-                for t in layer._tensors().values():
-                    add(t)
+            add(list(vars(layer).values()))
         return total
 
     def memory_breakdown(self) -> dict[str, int]:

@@ -189,16 +189,21 @@ class GraphDecoder:
             ValueError: ``max_new_tokens`` is not an int of at least 1, ``prefill_chunk`` is neither None nor an int
                 of at least 1, an empty prompt, the cache already holds tokens (call ``cache.reset()`` first:
                 prefill fills it from empty) or is inconsistent (a forward stopped part-way filled some of its
-                layers), the cache holds fewer than ``T + max_new_tokens`` slots, or a graph was captured for
-                another batch size.
+                layers), the cache holds fewer than ``T + max_new_tokens`` slots, ``attention_mask`` has another
+                shape than ``input_ids``, or a graph was captured for another batch size or fewer new tokens. All
+                before the model runs: the cache stays empty.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
-        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
-                                          or prefill_chunk < 1):
+        max_new_tokens = int(max_new_tokens)  # a numpy integer too, as generate and the cache take it
+        if prefill_chunk is not None and (isinstance(prefill_chunk, bool)
+                                          or not isinstance(prefill_chunk, numbers.Integral) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be None or an int of at least 1; got {prefill_chunk!r}")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must be [B, T] with T ≥ 1; got shape {tuple(input_ids.shape)}")
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+            raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} (one entry per "
+                             f"prompt token, 0 for left padding); got {tuple(attention_mask.shape)}")
         held = int(self.cache.get_seq_length())  # one host read per prompt batch, never per step
         check = getattr(self.cache, "_check_consistent", None)
         if check is not None:  # a DeltaLogCache: its linear-attention layers must agree with that count (an
@@ -212,6 +217,9 @@ class GraphDecoder:
                              f"max_new_tokens ({max_new_tokens}) need {T + max_new_tokens}")
         if self.graph is not None and B != self.tokens.shape[0]:
             raise ValueError(f"this decoder's graph was captured for {self.tokens.shape[0]} rows; got {B}")
+        if self.graph is not None and self.tokens.shape[1] < max_new_tokens:
+            raise ValueError(f"the captured graph writes at most {self.tokens.shape[1]} tokens per row; "
+                             f"got max_new_tokens={max_new_tokens}")
         dev = self.device
         input_ids = input_ids.to(dev)
         mask = torch.ones(B, T, dtype=torch.long, device=dev) if attention_mask is None else attention_mask.to(dev)
@@ -228,7 +236,7 @@ class GraphDecoder:
         first = logits.argmax(-1)
 
         # Static buffers (allocated once per batch size; a captured graph keeps pointing at them).
-        if self.graph is None or not hasattr(self, "tokens"):
+        if self.graph is None or not hasattr(self, "tokens"):  # (a captured graph's limits are checked above)
             self.tokens = torch.zeros(B, max_new_tokens, dtype=torch.long, device=dev)
             self.input_buf = torch.zeros(B, 1, dtype=torch.long, device=dev)
             self.pos_buf = torch.zeros(B, 1, dtype=torch.long, device=dev)
@@ -237,9 +245,6 @@ class GraphDecoder:
             self.step_idx = torch.zeros(1, dtype=torch.long, device=dev)
             if self.record_margins:
                 self.margins = torch.zeros(B, max_new_tokens, dtype=torch.float32, device=dev)
-        elif self.tokens.shape[1] < max_new_tokens:
-            raise ValueError(f"the captured graph writes at most {self.tokens.shape[1]} tokens per row; "
-                             f"got max_new_tokens={max_new_tokens}")
         self.unfinished.fill_(True)
         first = self._finish_rows(first)
         self.tokens.zero_()

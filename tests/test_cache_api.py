@@ -1422,6 +1422,25 @@ def test_memory_footprint_counts_every_buffer(crop_ring):
     assert cache.memory_breakdown() == dict(state=2 * state, log=2 * log, workspace=0, crop_ring=2 * ring)
 
 
+def test_memory_footprint_of_a_static_cache_counts_its_counters():
+    """Static mode: the shared device step counter and the static attention layers' length tensors were left out of
+    memory_footprint() (8 bytes each), which its docstring says counts counters. Now every tensor the layers hold
+    is counted once (the shared counter once): KV, conv states, bases, logs and the counters."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, static=True, max_cache_len=16, merge_interval=3)
+    with torch.no_grad():
+        model.generate(prompt_ids(2, 6), cache=cache, max_new_tokens=5, do_sample=False)
+    B, Hk, HV, K, V, C = 2, 2, 4, 8, 16, 2
+    conv_dim, W = 2 * Hk * K + HV * V, 4
+    state = 4 * B * HV * K * V
+    log = 4 * (B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B
+    per_linear = state + log + 4 * B * conv_dim * W
+    per_attention = 2 * 4 * B * 2 * 16 * 16 + 8  # static keys and values [B, 2, 16 slots, 16] fp32, their length
+    step_counter = 8  # int64, one per device, shared by the linear layers
+    assert cache.memory_footprint() == 2 * per_linear + 2 * per_attention + step_counter
+    assert cache.memory_breakdown() == dict(state=2 * state, log=2 * log, workspace=0, crop_ring=0)
+
+
 def test_compileability_is_stated_truthfully():
     cache = DeltaLogCache(tiny_model("qwen3_5"))
     assert cache.is_compileable is False

@@ -378,6 +378,48 @@ def test_prefill_chunk_must_be_a_positive_int(bad):
                        capture=False, prefill_chunk=bad)
 
 
+@pytest.mark.parametrize("mask_shape", [(3, 8), (2, 7)])
+def test_prefill_refuses_a_mask_of_another_shape_before_the_model_runs(mask_shape):
+    """An attention mask of another shape than the ids ran the prompt through the model first: [3, 8] for [3, 7] ids
+    failed at the mask buffer's copy with the cache holding the prompt, [2, 7] failed inside an attention layer with
+    the layers holding 7 and 0 tokens; either way the next call was refused until reset(). Now a ValueError names the
+    shapes before anything runs, the cache stays empty, and the right mask then decodes generate's tokens."""
+    model = tiny_model("qwen3_5")
+    ids, mask = padded_prompt()
+    cache = make_cache("deltalog", model, 7 + 4)
+    with pytest.raises(ValueError, match=rf"attention_mask must have the shape of input_ids \(3, 7\).*got "
+                                         rf"\({mask_shape[0]}, {mask_shape[1]}\)"):
+        graph_generate(model, ids, torch.ones(mask_shape, dtype=torch.long), cache=cache, max_new_tokens=4,
+                       capture=False, eos_token_id=None)
+    assert int(cache.get_seq_length()) == 0 and all(layer.base is None for layer in cache.deltalog_layers)
+    out = graph_generate(model, ids, mask, cache=cache, max_new_tokens=4, capture=False, eos_token_id=None)
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, eos_token_id=None)
+    assert torch.equal(out.sequences, ref)
+
+
+def test_numpy_integers_are_taken_and_a_captured_graph_is_checked_before_the_model_runs():
+    """graph_generate refused max_new_tokens=np.int64(4), which generate and max_cache_len take. And a prefill asking
+    more new tokens than a captured graph writes was refused only after the prompt had filled the cache. (A captured
+    graph needs CUDA: a stand-in object marks the decoder as captured, as far as prefill's checks go.)"""
+    model = tiny_model("qwen3_5")
+    ids, mask = padded_prompt()
+    cache = make_cache("deltalog", model, 7 + 6)
+    out = graph_generate(model, ids, mask, cache=cache, max_new_tokens=np.int64(4), capture=False,
+                         eos_token_id=None, prefill_chunk=np.int32(3))
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, eos_token_id=None)
+    assert torch.equal(out.sequences, ref)
+    cache.reset()
+    dec = GraphDecoder(model, cache, capture=False)
+    dec.prefill(ids, mask, max_new_tokens=4)
+    dec.graph = object()  # the decoder's buffers were captured for 4 new tokens per row
+    cache.reset()
+    with pytest.raises(ValueError, match="the captured graph writes at most 4 tokens per row; got max_new_tokens=6"):
+        dec.prefill(ids, mask, max_new_tokens=6)
+    assert int(cache.get_seq_length()) == 0
+
+
 def test_empty_prompt_and_sequences_out_of_range_are_refused():
     """An empty prompt failed inside range(); sequences(10) after 3 generated tokens silently returned 3."""
     model = tiny_model("qwen3_5")
