@@ -418,7 +418,30 @@ def transformers_cases(family: str, device) -> list[dict]:
                                   serialise=device.type != "cuda")
         return _threads_row(got, want)
 
+    def new_only_turns():  # turn 2 gives only the new tokens; turn 3's ids are still compared with what was consumed
+        from transformers import DynamicCache
+
+        cache, dense = DeltaLogCache(model, backend="triton", merge_interval=M), DynamicCache(config=model.config)
+        with torch.no_grad():
+            first = model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False)
+            model.generate(ids, past_key_values=dense, max_new_tokens=3, do_sample=False)
+            new = torch.cat([first[:, -1:], _ids(2, 3, vocab, device, 14)], 1)
+            mask = torch.ones(2, cache.get_seq_length() + new.shape[1], dtype=torch.long, device=device)
+            second = model.generate(new, attention_mask=mask, past_key_values=cache, max_new_tokens=3,
+                                    do_sample=False)
+            same2 = torch.equal(second, model.generate(new, attention_mask=mask, past_key_values=dense,
+                                                       max_new_tokens=3, do_sample=False))
+            more = _ids(2, 2, vocab, device, 15)
+            refused = _expect(ValueError, "input tokens differ", lambda: model.generate(
+                torch.cat([second, second, more], 1), past_key_values=cache, max_new_tokens=2, do_sample=False))
+            right = torch.cat([first[:, :-1], second, more], 1)
+            same3 = torch.equal(model.generate(right, past_key_values=cache, max_new_tokens=2, do_sample=False),
+                                model.generate(right, past_key_values=dense, max_new_tokens=2, do_sample=False))
+        return dict(ok=same2 and refused is None and same3, identical_turn2=same2, refusal=refused,
+                    identical_turn3=same3)
+
     case("multi_turn", multi_turn)
+    case("new_only_turns", new_only_turns)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
     case("stopped_between_steps", stopped_between_steps)
@@ -572,7 +595,21 @@ def fla_cases(family: str, device) -> list[dict]:
                 for p in prompts[:2]] + [lambda: reference(prompts[2], 4, do_sample=False)]
         return _threads_row(_threaded_generates(model, jobs, serialise=device.type != "cuda"), want)
 
+    def new_only_turns():  # turn 2 gives only the new tokens; turn 3's ids are still compared with what was consumed
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        first = ours(ids, cache, 3, do_sample=False)
+        new = torch.cat([first[:, -1:], _ids(2, 3, vocab, device, 14)], 1)
+        mask = torch.ones(2, cache.get_seq_length() + new.shape[1], dtype=torch.long, device=device)
+        second = ours(new, cache, 3, do_sample=False, attention_mask=mask)
+        more = _ids(2, 2, vocab, device, 15)
+        refused = _expect(ValueError, "input tokens differ",
+                          lambda: ours(torch.cat([second, second, more], 1), cache, 2, do_sample=False))
+        right = torch.cat([first[:, :-1], second, more], 1)
+        same = torch.equal(ours(right, cache, 2, do_sample=False), reference(right, 2, do_sample=False))
+        return dict(ok=refused is None and same, refusal=refused, identical_turn3=same)
+
     case("multi_turn", multi_turn)
+    case("new_only_turns", new_only_turns)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
     case("stopped_between_steps", stopped_between_steps)

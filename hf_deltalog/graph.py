@@ -190,8 +190,9 @@ class GraphDecoder:
                 of at least 1, an empty prompt, the cache already holds tokens (call ``cache.reset()`` first:
                 prefill fills it from empty) or is inconsistent (a forward stopped part-way filled some of its
                 layers), the cache holds fewer than ``T + max_new_tokens`` slots, ``attention_mask`` has another
-                shape than ``input_ids``, or a graph was captured for another batch size or fewer new tokens. All
-                before the model runs: the cache stays empty.
+                shape than ``input_ids``, the prompt holds a vision-language model's image or video placeholder
+                tokens (the loop feeds token ids only: no pixels), or a graph was captured for another batch size or
+                fewer new tokens. All before the model runs: the cache stays empty.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
@@ -201,6 +202,7 @@ class GraphDecoder:
             raise ValueError(f"prefill_chunk must be None or an int of at least 1; got {prefill_chunk!r}")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must be [B, T] with T ≥ 1; got shape {tuple(input_ids.shape)}")
+        _refuse_media_placeholders(self.model, input_ids)
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} (one entry per "
                              f"prompt token, 0 for left padding); got {tuple(attention_mask.shape)}")
@@ -332,6 +334,26 @@ class GraphDecoder:
         if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= self._steps:
             raise ValueError(f"steps must be an int in [0, {self._steps}] (the tokens generated so far); got {steps!r}")
         return torch.cat([self._prompt, self.tokens[:, :steps]], dim=1)
+
+
+# Config attributes naming the placeholder ids a vision-language (or audio) model replaces by encoder features
+_MEDIA_TOKEN_ATTRS = ("image_token_id", "video_token_id", "image_token_index", "video_token_index", "audio_token_id")
+
+
+def _refuse_media_placeholders(model, input_ids: torch.Tensor) -> None:
+    """Raise ValueError when ``input_ids`` hold a placeholder id of ``model.config`` for image, video or audio
+    features: the loop feeds token ids only (no ``pixel_values``), so it would decode the placeholders as plain
+    tokens, not what ``generate`` with the images decodes."""
+    config = getattr(model, "config", None)
+    ids = {name: getattr(config, name) for name in _MEDIA_TOKEN_ATTRS
+           if isinstance(getattr(config, name, None), int) and not isinstance(getattr(config, name), bool)}
+    found = [f"{name}={value}" for name, value in ids.items() if bool((input_ids == value).any())]
+    if found:
+        raise ValueError(
+            f"the prompt holds media placeholder tokens ({', '.join(found)}), but graph_generate / GraphDecoder "
+            "take token ids only and cannot pass pixel_values, image_grid_thw or the like: the images would be "
+            "decoded as plain tokens. Use model.generate(...) with the media inputs for this prompt (with "
+            "DeltaLogCache(model) as the cache)")
 
 
 @torch.no_grad()

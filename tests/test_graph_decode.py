@@ -420,6 +420,40 @@ def test_numpy_integers_are_taken_and_a_captured_graph_is_checked_before_the_mod
     assert int(cache.get_seq_length()) == 0
 
 
+def test_a_vision_language_prompt_with_image_placeholders_is_refused():
+    """graph_generate takes token ids only: on a Qwen3.5 vision-language wrapper a prompt with image placeholder
+    tokens decoded them as plain tokens (the tokens of generate without the pixels), silently. Now it is refused
+    before anything runs; a text prompt on the same model still decodes generate's tokens."""
+    from utils import COMMON, GDN, LAYERS
+
+    image_token, video_token = 90, 91
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64)
+    config = transformers.Qwen3_5Config(text_config=dict(**COMMON, **GDN, layer_types=LAYERS,
+                                                         model_type="qwen3_5_text"),
+                                        vision_config=vision, image_token_id=image_token, video_token_id=video_token,
+                                        vision_start_token_id=92, vision_end_token_id=93)
+    torch.manual_seed(0)
+    model = transformers.Qwen3_5ForConditionalGeneration(config).eval()
+    ids, mask = padded_prompt()
+    ids = ids.clamp(max=80)  # text tokens only
+    cache = DeltaLogCache(model, static=True, max_cache_len=7 + 4)
+    out = graph_generate(model, ids, mask, cache=cache, max_new_tokens=4, capture=False, eos_token_id=None,
+                         pad_token_id=PAD)
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, eos_token_id=None,
+                             pad_token_id=PAD)
+    assert torch.equal(out.sequences, ref)
+    cache.reset()
+    for token, name in ((image_token, "image_token_id=90"), (video_token, "video_token_id=91")):
+        media = ids.clone()
+        media[1, 3:5] = token
+        with pytest.raises(ValueError, match=rf"media placeholder tokens \({name}\).*model.generate"):
+            graph_generate(model, media, mask, cache=cache, max_new_tokens=4, capture=False, eos_token_id=None,
+                           pad_token_id=PAD)
+        assert int(cache.get_seq_length()) == 0
+
+
 def test_empty_prompt_and_sequences_out_of_range_are_refused():
     """An empty prompt failed inside range(); sequences(10) after 3 generated tokens silently returned 3."""
     model = tiny_model("qwen3_5")

@@ -67,7 +67,7 @@ def test_gpu_guard_check_fla_cpu_smoke():
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     rows = check.main(["--cpu-smoke", "--families", "fla_rwkv6"])
-    assert [r["case"] for r in rows] == ["multi_turn", "interrupted_prefill", "stopped_decode_step",
+    assert [r["case"] for r in rows] == ["multi_turn", "new_only_turns", "interrupted_prefill", "stopped_decode_step",
                                          "stopped_between_steps", "threads", "inference_mode_then_plain",
                                          "legacy_snapshot", "manual_step_after_a_stop_between_stores"]
     assert all(r["ok"] for r in rows), rows
