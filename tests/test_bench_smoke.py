@@ -222,3 +222,19 @@ def test_stagger_tables_from_the_committed_results():
     tpot = tables.tpot_ab_table(root).splitlines()[2:]
     assert len(tpot) == 5 and all(" | +" in row for row in tpot)  # staggered / aligned time > 1 at every point
     assert len(tables.ab_table(root).splitlines()) == 2 + 33 and "**RWKV6**" in tables.full_tables(root)
+
+
+def test_merge_interval_precision_script_smoke(tmp_path):
+    """eval/merge_interval_precision.py on a few steps: every operator, decay regime and M gives a row of finite
+    positive error ratios, and the JSON and CSV it writes hold the same rows."""
+    spec = importlib.util.spec_from_file_location("merge_interval_precision",
+                                                  SCRIPT.parent / "merge_interval_precision.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rows = script.main(["--out", str(tmp_path), "--steps", "6", "--seeds", "2", "--merge-intervals", "1", "3"])
+    assert [(r["operator"], r["decay"], r["merge_interval"]) for r in rows] == [
+        (op, decay, M) for op in ("gdn", "kda") for decay in ("none", "weak") for M in (1, 3)]
+    ratios = [r[k] for r in rows for k in ("output_ratio_median", "output_ratio_max", "state_ratio_max")]
+    assert all(0 < x < 10 for x in ratios), rows
+    assert json.loads((tmp_path / "precision.json").read_text())["rows"] == rows
+    assert len((tmp_path / "precision.csv").read_text().splitlines()) == 1 + len(rows)

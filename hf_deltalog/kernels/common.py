@@ -6,7 +6,8 @@ import torch
 
 # Floor applied to every step's log-decay before it is stored or summed. exp(-104) rounds to 0 in fp32 (the smallest
 # subnormal is exp(-103.3)), so the step decays exactly as the eager recurrence does, while a -inf or -1e4 gate
-# cannot make a sum of log-decays NaN.
+# cannot make a sum of log-decays NaN. In fp64 (the PyTorch references take fp64 buffers) exp(-104) = 6.8e-46 is not
+# 0: a -inf gate there leaves 6.8e-46 of the state instead of wiping it.
 LOG_DECAY_FLOOR = -104.0
 
 

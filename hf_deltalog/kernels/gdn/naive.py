@@ -26,6 +26,15 @@ Notation (per value head; the state is key-major, ``S ∈ R^{K×V}``, as transfo
   ``g ≤ 0``): it can underflow to 0 but never overflow.
   ``M = 1`` (``C = 0``) merges on every step and is eager dense decoding.
 
+Contract: ``g ≤ 0`` (a decay, as every supported model's gate is). A growth ``g > 0`` is not checked (a check would
+read the device on every step) and is outside the contract: ``ℓ̄`` sums it over the window, so ``exp(ℓ̄)`` overflows
+once the window's growth passes ~88.7 in fp32 and the step gives inf or NaN where the dense recurrence, growing one
+step at a time, can stay finite. Precision: the fp32 output error against an fp64 reference is the dense fp32
+recurrence's (median ratio 0.92–1.13) up to M = 16; beyond, with no decay at all (``g = 0``), the replay's sums of up
+to ``C`` nearly cancelling terms add rounding of their own: median ratio 1.6 at M = 64 and 2.4 at M = 1024 (KDA
+alike; with a weak decay, g in [−0.05, 0], GDN ≤ 1.03 and KDA 1.25 at M = 1024;
+``eval/merge_interval_precision.py``, ``eval/results/cpu/merge_interval_precision/``).
+
 GQA: key head ``h`` serves the ``G = HV // Hk`` consecutive value heads ``h·G … h·G + G − 1``
 (``repeat_interleave`` on the head dim, as transformers and FLA map them).
 """

@@ -19,7 +19,9 @@ so a decode step needs ``S'ᵀx = baseᵀ(exp(ℓ̄') ⊙ x) + Σ_i ((exp(ℓ̄'
 ``ℓ̄' = ℓ̄ + g_t``. Each deferred key factor is rescaled elementwise (heavier replay than GDN's scalar decay). The log
 stores each entry's own log-decay ``λ_i = g_i`` (clamped), and ``ℓ̄ − Λ_i = Σ_{j>i} λ_j`` is summed from the newest
 entry backwards (:func:`hf_deltalog.kernels.common.later_decay_sums`), so a strong decay before entry ``i`` does not
-cost the later, small decays their precision. Every exponent is ≤ 0 (for ``g ≤ 0``): long decays underflow to 0,
+cost the later, small decays their precision. Every exponent is ≤ 0 (for ``g ≤ 0``, the contract: a growth ``g > 0``
+is not checked and can overflow over a window where the dense recurrence stays finite, as for GDN; precision at
+large M without decay: see :mod:`hf_deltalog.kernels.gdn.naive`): long decays underflow to 0,
 never overflow.
 
 Heads: ``Hk`` key heads and ``HV`` value heads with ``HV`` a multiple of ``Hk`` (key head ``h`` serves value heads

@@ -21,7 +21,8 @@ A step reads ``S_{t-1}`` (the state as it is, before this step's decay)::
 
 then sets ``ℓ̄ ← ℓ̄ + w_t`` and appends ``(k_t, v_t, w_t)``, or merges ``S_t`` into the base (``L = C``). The log factors
 are the model's own inputs, so storing them in the activation dtype loses nothing; the references compute in fp32.
-Every exponent is ≤ 0.
+Every exponent is ≤ 0 (for ``w ≤ 0``, the contract: a growth ``w > 0`` is not checked and can overflow over a window
+where the dense recurrence stays finite, as for GDN).
 """
 
 from __future__ import annotations
