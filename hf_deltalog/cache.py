@@ -1372,10 +1372,12 @@ class DeltaLogCache(DynamicCache):
         return layer.materialize()
 
     def memory_footprint(self) -> int:
-        """Bytes held by the cache's layers in tensors, each counted once: KV of attention layers, conv states, bases,
-        logs, workspaces and counters (static mode's step counter, attention layers' lengths); not the ids
-        generate's continuation check keeps (``[B, T]`` int64 on the ids' device)."""
-        seen: set[int] = set()
+        """Bytes of memory the cache's layers keep alive in tensors: KV of attention layers, conv states, bases,
+        logs, workspaces and counters (static mode's step counter, attention layers' lengths), each buffer once and
+        whole (a view keeps its whole buffer alive: transformers' sliding-window keys right after a prefill, conv
+        windows under past recording after a crop); not the ids generate's continuation check keeps (``[B, T]``
+        int64 on the ids' device)."""
+        seen: set[tuple[torch.device, int]] = set()
         total = 0
 
         def add(t: Any) -> None:
@@ -1383,9 +1385,11 @@ class DeltaLogCache(DynamicCache):
             if isinstance(t, (dict, list, tuple)):
                 for item in t.values() if isinstance(t, dict) else t:
                     add(item)
-            elif isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
-                seen.add(t.data_ptr())
-                total += t.numel() * t.element_size()
+            elif isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                if (t.device, storage.data_ptr()) not in seen:
+                    seen.add((t.device, storage.data_ptr()))
+                    total += storage.nbytes()
 
         for layer in self.layers:
             add(list(vars(layer).values()))
@@ -1436,7 +1440,9 @@ class DeltaLogCache(DynamicCache):
             check_sliding_window_crop(i, layer, -tokens_to_remove)
         super().crop(tokens_to_remove)
         if self._ledger is not None:
-            self._ledger = self._ledger[:, :tokens_to_remove]
+            # The record is a prefix of what the cache consumed (shorter after direct forwards): keep what the cache
+            # still holds of it, cut to the cache's new length, not from the record's end
+            self._ledger = self._ledger[:, :int(self.get_seq_length())]
 
     @property
     def is_croppable(self) -> bool:

@@ -193,6 +193,8 @@ class GraphDecoder:
                 shape than ``input_ids``, the prompt holds a vision-language model's image or video placeholder
                 tokens (the loop feeds token ids only: no pixels), or a graph was captured for another batch size or
                 fewer new tokens. All before the model runs: the cache stays empty.
+            TypeError: ``input_ids`` or ``attention_mask`` is not a tensor (a list or a numpy array: convert it with
+                ``torch.as_tensor``).
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
@@ -200,6 +202,11 @@ class GraphDecoder:
         if prefill_chunk is not None and (isinstance(prefill_chunk, bool)
                                           or not isinstance(prefill_chunk, numbers.Integral) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be None or an int of at least 1; got {prefill_chunk!r}")
+        prefill_chunk = None if prefill_chunk is None else int(prefill_chunk)  # numpy int8 + int8 would wrap
+        if not isinstance(input_ids, torch.Tensor) or (attention_mask is not None
+                                                       and not isinstance(attention_mask, torch.Tensor)):
+            raise TypeError(f"input_ids and attention_mask must be torch tensors; got "
+                            f"{type(input_ids).__name__} and {type(attention_mask).__name__}")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must be [B, T] with T ≥ 1; got shape {tuple(input_ids.shape)}")
         _refuse_media_placeholders(self.model, input_ids)

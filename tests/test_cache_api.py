@@ -463,6 +463,29 @@ def test_a_turn_of_only_new_tokens_keeps_the_consumed_ids_for_the_next_turn():
                        model.generate(right, cache=dense, max_new_tokens=3, **kw))
 
 
+def test_crop_after_direct_forwards_keeps_the_consumed_ids_the_cache_still_holds():
+    """After generate (7 ids recorded), two direct one-token forwards (held 9, record still 7) and crop(-2), the cache
+    holds the 7 recorded ids again, but crop cut the record from its end to 5, so the next turn's ids were not
+    compared and a wrong conversation decoded silently. Now crop cuts the record to the cache's new length."""
+    model = tiny_model("qwen3_5")
+    kw = dict(do_sample=False)
+    cache = DeltaLogCache(model, crop_ring=True)
+    first = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, **kw)
+    with torch.no_grad():
+        for t in prompt_ids(2, 2, seed=11).T:
+            model(t[:, None], past_key_values=cache)
+    cache.crop(-2)
+    assert cache.get_seq_length() == 7
+    wrong = torch.cat([prompt_ids(2, 7, seed=12), prompt_ids(2, 2, seed=13)], 1)
+    with pytest.raises(ValueError, match="the first 7 input tokens differ from the 7 tokens"):
+        model.generate(wrong, cache=cache, max_new_tokens=2, **kw)
+    right = torch.cat([first, prompt_ids(2, 2, seed=13)], 1)
+    dense = DynamicCache(config=model.config)
+    model.generate(prompt_ids(2, 5), cache=dense, max_new_tokens=3, **kw)
+    assert torch.equal(model.generate(right, cache=cache, max_new_tokens=3, **kw),
+                       model.generate(right, cache=dense, max_new_tokens=3, **kw))
+
+
 # ---------------------------------------------------------------------------------------------- lengths
 def test_seq_length_and_mask_sizes_hybrid():
     model = tiny_model("qwen3_5")
@@ -1439,6 +1462,38 @@ def test_memory_footprint_of_a_static_cache_counts_its_counters():
     step_counter = 8  # int64, one per device, shared by the linear layers
     assert cache.memory_footprint() == 2 * per_linear + 2 * per_attention + step_counter
     assert cache.memory_breakdown() == dict(state=2 * state, log=2 * log, workspace=0, crop_ring=0)
+
+
+def _storage_bytes(cache) -> int:
+    """Bytes of the distinct buffers the cache's layers keep alive in tensors (the footprint's definition)."""
+    seen, total = set(), 0
+    for layer in cache.layers:
+        for value in vars(layer).values():
+            for t in value.values() if isinstance(value, dict) else [value]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
+                    seen.add(t.untyped_storage().data_ptr())
+                    total += t.untyped_storage().nbytes()
+    return total
+
+
+def test_memory_footprint_counts_whole_buffers_behind_views():
+    """A view keeps its whole buffer alive, but the footprint counted only its visible elements: LaraMini's
+    sliding-window keys right after a 40-token prefill (a [1, 2, 5, 16] view of the prefill's keys: 640 bytes
+    counted of 5,120), conv windows and keys after a crop under past recording. Now each buffer counts whole."""
+    model = tiny_model("lara_mini")  # sliding window 6
+    cache = DeltaLogCache(model)
+    with torch.no_grad():
+        model.generate(prompt_ids(1, 40), cache=cache, max_new_tokens=1, do_sample=False)
+    sliding = [layer for layer in cache.layers if getattr(layer, "is_sliding", False)][0]
+    assert sliding.keys.untyped_storage().nbytes() > sliding.keys.numel() * sliding.keys.element_size()
+    assert cache.memory_footprint() == _storage_bytes(cache)
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    cache.activate_past_recording()
+    with torch.no_grad():
+        model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, do_sample=False)
+    cache.crop(-1)
+    assert cache.memory_footprint() == _storage_bytes(cache)
 
 
 def test_compileability_is_stated_truthfully():

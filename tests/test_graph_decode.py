@@ -454,6 +454,27 @@ def test_a_vision_language_prompt_with_image_placeholders_is_refused():
         assert int(cache.get_seq_length()) == 0
 
 
+def test_a_small_numpy_prefill_chunk_does_not_wrap_and_masks_must_be_tensors():
+    """prefill_chunk=np.int8(100) on a 150-token prompt: start + chunk wrapped in int8 (100 + 100 = -56), the second
+    chunk was empty and the model failed with the cache holding 100 tokens. A list mask failed with an
+    AttributeError. Now the chunk is a Python int, and a non-tensor mask or prompt is a TypeError before anything
+    runs."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(1, 150)
+    cache = DeltaLogCache(model, static=True, max_cache_len=150 + 3, merge_interval=3)
+    out = graph_generate(model, ids, cache=cache, max_new_tokens=3, capture=False, eos_token_id=None,
+                         prefill_chunk=np.int8(100))
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=3, do_sample=False, eos_token_id=None)
+    assert torch.equal(out.sequences, ref)
+    cache.reset()
+    with pytest.raises(TypeError, match="input_ids and attention_mask must be torch tensors; got Tensor and list"):
+        graph_generate(model, ids, [[1] * 150], cache=cache, max_new_tokens=3, capture=False, eos_token_id=None)
+    with pytest.raises(TypeError, match="got ndarray and NoneType"):
+        graph_generate(model, ids.numpy(), cache=cache, max_new_tokens=3, capture=False, eos_token_id=None)
+    assert int(cache.get_seq_length()) == 0
+
+
 def test_empty_prompt_and_sequences_out_of_range_are_refused():
     """An empty prompt failed inside range(); sequences(10) after 3 generated tokens silently returned 3."""
     model = tiny_model("qwen3_5")

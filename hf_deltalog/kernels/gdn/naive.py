@@ -32,7 +32,7 @@ once the window's growth passes ~88.7 in fp32 and the step gives inf or NaN wher
 step at a time, can stay finite. Precision: the fp32 output error against an fp64 reference is the dense fp32
 recurrence's (median ratio 0.92–1.13) up to M = 16; beyond, with no decay at all (``g = 0``), the replay's sums of up
 to ``C`` nearly cancelling terms add rounding of their own: median ratio 1.6 at M = 64 and 2.4 at M = 1024 (KDA
-alike; with a weak decay, g in [−0.05, 0], GDN ≤ 1.03 and KDA 1.25 at M = 1024;
+alike; with a weak decay, g in [−0.05, 0], GDN 1.03 and KDA 1.25 at M = 1024;
 ``eval/merge_interval_precision.py``, ``eval/results/cpu/merge_interval_precision/``).
 
 GQA: key head ``h`` serves the ``G = HV // Hk`` consecutive value heads ``h·G … h·G + G − 1``
