@@ -1377,23 +1377,7 @@ class DeltaLogCache(DynamicCache):
         whole (a view keeps its whole buffer alive: transformers' sliding-window keys right after a prefill, conv
         windows under past recording after a crop); not the ids generate's continuation check keeps (``[B, T]``
         int64 on the ids' device)."""
-        seen: set[tuple[torch.device, int]] = set()
-        total = 0
-
-        def add(t: Any) -> None:
-            nonlocal total
-            if isinstance(t, (dict, list, tuple)):
-                for item in t.values() if isinstance(t, dict) else t:
-                    add(item)
-            elif isinstance(t, torch.Tensor):
-                storage = t.untyped_storage()
-                if (t.device, storage.data_ptr()) not in seen:
-                    seen.add((t.device, storage.data_ptr()))
-                    total += storage.nbytes()
-
-        for layer in self.layers:
-            add(list(vars(layer).values()))
-        return total
+        return buffer_bytes([list(vars(layer).values()) for layer in self.layers])
 
     def memory_breakdown(self) -> dict[str, int]:
         """Bytes of the linear-attention layers' buffers by role, summed over layers (0 before the first prefill): see
@@ -1731,6 +1715,28 @@ def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped
             "would expand its rows in the middle of the call. Continue it with one sequence per row, or call "
             "cache.reset() (or use a new cache) for a new beam search"
         )
+
+
+def buffer_bytes(objs: Any) -> int:
+    """Bytes of the distinct buffers (storages) the tensors in ``objs`` keep alive, each counted once and whole (a
+    view keeps its whole buffer alive); ``objs``: tensors, and dicts, lists and tuples of them, nested. Other objects
+    count 0. Shared by both caches' ``memory_footprint``."""
+    seen: set[tuple[torch.device, int]] = set()
+    total = 0
+
+    def add(t: Any) -> None:
+        nonlocal total
+        if isinstance(t, (dict, list, tuple)):
+            for item in t.values() if isinstance(t, dict) else t:
+                add(item)
+        elif isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            if (t.device, storage.data_ptr()) not in seen:
+                seen.add((t.device, storage.data_ptr()))
+                total += storage.nbytes()
+
+    add(objs)
+    return total
 
 
 def consumed_ledger(ledger: torch.Tensor | None, sequences: torch.Tensor | None, rows: int,

@@ -55,6 +55,7 @@ from hf_deltalog.cache import (
     _check_held_rows_continue,
     _check_merge_interval,
     _Status,
+    buffer_bytes,
     check_beam_idx,
     check_kernel_dtype,
     check_layer_index,
@@ -784,28 +785,12 @@ class FLADeltaLogCache(FLACache):
         return memory_breakdown_of(self.deltalog_layers)
 
     def memory_footprint(self) -> int:
-        """Bytes held by the cache's state tensors: FLA's dense states (conv, token shift, attention) and the DeltaLog
-        buffers (not the ids generate's continuation check keeps)."""
-        seen: set[int] = set()
-        total = 0
-
-        def add(t: Any) -> None:
-            nonlocal total
-            if isinstance(t, torch.Tensor):
-                if t.data_ptr() not in seen:
-                    seen.add(t.data_ptr())
-                    total += t.numel() * t.element_size()
-            elif isinstance(t, (tuple, list)):
-                for item in t:
-                    add(item)
-
-        for layer in self.layers:
-            for value in (layer.state or {}).values():
-                add(value)
-            if isinstance(layer, FLADeltaLogLayer):
-                for t in layer._tensors().values():
-                    add(t)
-        return total
+        """Bytes of memory the cache's tensors keep alive: FLA's dense states (conv, token shift, attention) and the
+        DeltaLog buffers, each buffer once and whole (a view keeps its whole buffer alive; see
+        :func:`hf_deltalog.cache.buffer_bytes`), not the ids generate's continuation check keeps."""
+        return buffer_bytes([[list((layer.state or {}).values()),
+                              list(layer._tensors().values()) if isinstance(layer, FLADeltaLogLayer) else []]
+                             for layer in self.layers])
 
     # ------------------------------------------------------------------ batch and lifecycle
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
