@@ -340,12 +340,12 @@ class DeltaLogLayer(LinearAttentionLayer):
             return "torch"
         if self.requested_backend == "triton":
             if not on_gpu and not interpreting():
-                raise self.status.reject(
+                raise ValueError(
                     f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
                     "triton is imported; use backend='torch' on the CPU"
                 )
             if act_dtype not in (None, *KERNEL_ACT_DTYPES):
-                raise self.status.reject(
+                raise ValueError(
                     f"backend='triton': the Triton kernels take bfloat16, float16 or float32 activations, but layer "
                     f"{self.layer_idx} runs in {act_dtype}; use backend='torch' (or 'auto', which picks it) for this "
                     "model"
@@ -363,6 +363,12 @@ class DeltaLogLayer(LinearAttentionLayer):
         in ``materialize()``, never per step) and ``dense_fla`` (M = 1 decoding on the GPU runs FLA's dense kernel when
         FLA is installed). ``act_dtype``: the layer's activation dtype when known (a float64 model decodes on the
         PyTorch backend under ``"auto"``; ``backend="triton"`` refuses it with ValueError).
+
+        A query: it changes nothing, also when it raises.
+
+        Raises:
+            ValueError: ``backend="triton"`` off CUDA without ``TRITON_INTERPRET=1``, or for an activation dtype the
+                Triton kernels do not take (float64).
         """
         backend = self._resolve_backend(device, act_dtype)
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
@@ -381,7 +387,10 @@ class DeltaLogLayer(LinearAttentionLayer):
         return self._act_dtype or (None if conv is None else conv.dtype)
 
     def _allocate(self, batch: int, device: torch.device) -> None:
-        plan = self.plan(batch, device, self._activation_dtype())
+        try:
+            plan = self.plan(batch, device, self._activation_dtype())
+        except ValueError as err:  # inside a forward: earlier layers may have advanced, so the cache is locked
+            raise self.status.reject(str(err)) from None
         self.backend, self.merge_interval, self.state_v_first = plan["backend"], plan["merge_interval"], \
             plan["state_v_first"]
         self.capacity = self.merge_interval - 1
@@ -494,8 +503,11 @@ class DeltaLogLayer(LinearAttentionLayer):
             )
         batch = recurrent_states.shape[0]
         act_dtype = self._activation_dtype()
-        replan = self.base is not None and act_dtype is not None and \
-            self._resolve_backend(recurrent_states.device, act_dtype) != self.backend
+        try:
+            replan = self.base is not None and act_dtype is not None and \
+                self._resolve_backend(recurrent_states.device, act_dtype) != self.backend
+        except ValueError as err:  # inside a forward: earlier layers may have advanced, so the cache is locked
+            raise self.status.reject(str(err)) from None
         if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device or replan:
             # on the device of the layer that produced the state; planned again when the backend would change (a
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
@@ -943,15 +955,20 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
 
 def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
     """``indices`` for ``batch_select_indices`` as a 1-D integer tensor: lists and tuples of ints are converted, and a
-    boolean mask over the ``rows`` rows (-1: not allocated yet) becomes the indices of its true entries.
+    boolean mask over the ``rows`` rows (-1: not allocated yet; a tensor, list or tuple of bools) becomes the indices
+    of its true entries. Indices follow torch's indexing: ``-rows ≤ i < rows``, repeats allowed.
 
     Raises:
         TypeError: anything else (a float tensor, an integer tensor other than int64 / int32, e.g. uint8, which
-            torch's indexing reads as a mask, a 2-D tensor, a scalar).
-        ValueError: a boolean mask whose length is not ``rows``.
+            torch's indexing reads as a mask, a 2-D tensor, a scalar, a list mixing bools and ints).
+        ValueError: a boolean mask whose length is not ``rows``, no row to keep (an empty list or an all-False
+            mask: every layer would be left empty), or an index outside ``[-rows, rows)``.
     """
     if isinstance(indices, (list, tuple)):
-        indices = torch.tensor(indices, dtype=torch.long)
+        bools = [isinstance(i, bool) for i in indices]
+        if any(bools) and not all(bools):
+            raise TypeError(f"batch_select_indices takes row numbers or a boolean mask, not a mix; got {indices!r}")
+        indices = torch.tensor(indices, dtype=torch.bool if indices and all(bools) else torch.long)
     if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or \
             indices.dtype not in (torch.int64, torch.int32, torch.bool):
         raise TypeError(f"batch_select_indices takes a 1-D int64 or int32 tensor (or list) of rows to keep, or a "
@@ -961,7 +978,15 @@ def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
         if rows != -1 and indices.shape[0] != rows:
             raise ValueError(f"a boolean mask for batch_select_indices needs one entry per row ({rows}); got "
                              f"{indices.shape[0]}")
-        return indices.nonzero().squeeze(1)
+        indices = indices.nonzero().squeeze(1)
+    if indices.numel() == 0:
+        raise ValueError("batch_select_indices needs at least one row to keep; got none (an empty selection or an "
+                         "all-False mask would leave every layer empty: call cache.reset() to empty the cache)")
+    if rows != -1:
+        low, high = int(indices.min()), int(indices.max())
+        if low < -rows or high >= rows:
+            raise ValueError(f"batch_select_indices got row {low if low < -rows else high}, but the cache holds "
+                             f"{rows} rows (indices in [-{rows}, {rows}))")
     return indices
 
 
@@ -1022,12 +1047,16 @@ class DeltaLogCache(DynamicCache):
             if fla_family_of(model_or_config) is not None:
                 from hf_deltalog.fla_cache import FLADeltaLogCache
 
-                transformers_only = sorted(set(kwargs) & {"static", "max_cache_len", "crop_ring"})
+                defaults = {"static": False, "max_cache_len": None, "crop_ring": False}
+                transformers_only = sorted(name for name, value in defaults.items()
+                                           if name in kwargs and kwargs[name] is not value)
                 if transformers_only:
                     raise ValueError(
                         f"{', '.join(transformers_only)}: options of DeltaLogCache for transformers' models; for "
                         "flash-linear-attention's model classes it takes merge_interval, backend and stagger_merges "
                         "only (FLA's generate has no static cache, and crop is not supported there)")
+                # at their defaults (generic code spelling them out) they ask nothing of FLA's cache
+                kwargs = {name: value for name, value in kwargs.items() if name not in defaults}
                 return FLADeltaLogCache(model_or_config, *args, **kwargs)
         return super().__new__(cls)
 
@@ -1366,6 +1395,7 @@ class DeltaLogCache(DynamicCache):
             TypeError: ``layer_idx`` is not an int. ValueError: no such layer, not a DeltaLog layer, or no state yet.
         """
         check_layer_index(layer_idx)
+        layer_idx = int(layer_idx)
         layer = self._layer(layer_idx, in_forward=False)
         if not isinstance(layer, DeltaLogLayer):
             raise ValueError(f"layer {layer_idx} is a {type(layer).__name__}, not a linear-attention layer")
@@ -1408,8 +1438,9 @@ class DeltaLogCache(DynamicCache):
                 (see :func:`check_sliding_window_crop`).
             TypeError: a non-integer count, or a sliding-window layer of a class the check does not know.
         """
-        if isinstance(tokens_to_remove, bool) or not isinstance(tokens_to_remove, int):
+        if isinstance(tokens_to_remove, bool) or not isinstance(tokens_to_remove, numbers.Integral):
             raise TypeError(f"crop takes an int (a negative number of tokens to remove); got {tokens_to_remove!r}")
+        tokens_to_remove = int(tokens_to_remove)  # a numpy integer too
         if tokens_to_remove > 0:
             raise ValueError(
                 f"crop takes a negative number of tokens to remove (transformers' convention); got {tokens_to_remove}"
@@ -1476,6 +1507,7 @@ class DeltaLogCache(DynamicCache):
             TypeError / ValueError: a bad ``repeats``. NotImplementedError: a layer without the operation (static
             mode), before anything changes."""
         check_repeats(repeats)
+        repeats = int(repeats)
         self._check_layers_support("batch_repeat_interleave")
         super().batch_repeat_interleave(repeats)
         if self._ledger is not None:
@@ -1581,14 +1613,15 @@ class DeltaLogCache(DynamicCache):
 
 
 def check_layer_index(layer_idx: Any) -> None:
-    """Raise TypeError unless ``layer_idx`` is an int (a bool or a string is not a layer index)."""
-    if isinstance(layer_idx, bool) or not isinstance(layer_idx, int):
+    """Raise TypeError unless ``layer_idx`` is an int (a numpy integer too; a bool or a string is not a layer index)."""
+    if isinstance(layer_idx, bool) or not isinstance(layer_idx, numbers.Integral):
         raise TypeError(f"layer_idx must be an int; got {layer_idx!r}")
 
 
 def check_repeats(repeats: Any) -> None:
-    """Raise TypeError / ValueError unless ``repeats`` is an int of at least 1 (0 would leave every layer empty)."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int):
+    """Raise TypeError / ValueError unless ``repeats`` is an int (a numpy integer too) of at least 1 (0 would leave
+    every layer empty)."""
+    if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral):
         raise TypeError(f"repeats must be an int; got {repeats!r}")
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1; got {repeats}")

@@ -215,7 +215,7 @@ class FLADeltaLogLayer(FLALayer):
             return "torch"
         if self.requested_backend == "triton":
             if device.type != "cuda" and not interpreting():
-                raise self.shared.status.reject(
+                raise ValueError(
                     f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
                     "triton is imported; use backend='torch' on the CPU"
                 )
@@ -226,7 +226,11 @@ class FLADeltaLogLayer(FLALayer):
         """How this layer decodes ``batch`` rows on ``device``: ``backend``, ``merge_interval``, ``state_v_first`` (the
         Triton kernels keep the base V-first, FLA's own GDN/KDA layout) and ``dense_fla`` (M = 1 on the GPU, the base
         in FLA's layout - V-first for GDN/KDA, ``[K, V]`` for RWKV6: FLA's fused-recurrent kernel decodes, as FLA's
-        cache would)."""
+        cache would). A query: it changes nothing, also when it raises.
+
+        Raises:
+            ValueError: ``backend="triton"`` off CUDA without ``TRITON_INTERPRET=1``.
+        """
         backend = self._resolve_backend(device)
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
         merge_interval = self.default_merge_interval
@@ -240,7 +244,10 @@ class FLADeltaLogLayer(FLALayer):
         return dict(backend=backend, merge_interval=merge_interval, state_v_first=state_v_first, dense_fla=dense_fla)
 
     def _allocate(self, batch: int, device: torch.device) -> None:
-        plan = self.plan(batch, device)
+        try:
+            plan = self.plan(batch, device)
+        except ValueError as err:  # inside a forward: earlier layers may have advanced, so the cache is locked
+            raise self.shared.status.reject(str(err)) from None
         self.backend, self.merge_interval = plan["backend"], plan["merge_interval"]
         self.state_v_first, self.dense_fla = plan["state_v_first"], plan["dense_fla"]
         Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
@@ -773,6 +780,7 @@ class FLADeltaLogCache(FLACache):
             TypeError: ``layer_idx`` is not an int. ValueError: not a recurrent layer, or no state yet.
         """
         check_layer_index(layer_idx)
+        layer_idx = int(layer_idx)
         layer = self.layers[layer_idx] if 0 <= layer_idx < len(self.layers) else None
         if not isinstance(layer, FLADeltaLogLayer):
             raise ValueError(f"layer {layer_idx} holds no DeltaLog state (not a recurrent layer, or not reached yet)")
@@ -804,6 +812,7 @@ class FLADeltaLogCache(FLACache):
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat every row ``repeats`` times (an int ≥ 1) in every layer."""
         check_repeats(repeats)
+        repeats = int(repeats)
         for layer in self.layers:
             layer.batch_repeat_interleave(repeats)
         if self._ledger is not None:

@@ -121,7 +121,7 @@ class GraphDecoder:
             the graph). Where two caches' tokens part, a small gap there shows a near-tie rather than an error.
 
     Raises:
-        ValueError: a dynamic cache, ``capture=True`` without CUDA, with the model on several devices or on a cache
+        ValueError: a ``capture`` other than True, False or ``"auto"``, a dynamic cache, ``capture=True`` without CUDA, with the model on several devices or on a cache
             with sliding-window attention layers (transformers' ``StaticSlidingWindowLayer`` keeps its length on the
             host, so a replayed step would keep the captured step's mask), EOS without a pad token.
         TypeError: an ``eos_token_id`` that is not an int, a list of ints or a tensor of them; a ``pad_token_id``
@@ -131,6 +131,8 @@ class GraphDecoder:
     def __init__(self, model, cache, *, capture: bool | str = "auto", warmup_steps: int = 2,
                  eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
                  record_margins: bool = False):
+        if not (isinstance(capture, bool) or (isinstance(capture, str) and capture == "auto")):
+            raise ValueError(f"capture must be True, False or 'auto'; got {capture!r}")
         self.model, self.cache = model, cache
         self.record_margins = bool(record_margins)
         self.max_cache_len = max_cache_len_of(cache)

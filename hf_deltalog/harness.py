@@ -95,19 +95,20 @@ class CachedHFLM(HFLM):
         record = str(record_generations).strip().lower()
         if record not in ("1", "true", "yes", "0", "false", "no"):
             raise ValueError(f"record_generations must be true or false; got {record_generations!r}")
+        if isinstance(merge_interval, str):  # lm-eval's model_args arrive as strings ("8")
+            text = merge_interval.strip()
+            signed = text[1:] if text[:1] in "+-" else text
+            merge_interval = None if text in ("", "None") else int(text) if signed.isascii() and signed.isdigit() \
+                else text
+        # checked before the model loads, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
+        merge_interval = _check_merge_interval(merge_interval, None)
         super().__init__(pretrained=pretrained, **kwargs)
         if self.backend != "causal":
             raise ValueError(f"CachedHFLM supports decoder-only (causal) models; got backend {self.backend!r}")
         if str(self.batch_size).startswith("auto"):
             raise ValueError("CachedHFLM needs a fixed integer batch_size (the two caches must see the same batches)")
         self.cache = cache
-        if isinstance(merge_interval, str):  # lm-eval's model_args arrive as strings ("8")
-            text = merge_interval.strip()
-            signed = text[1:] if text[:1] in "+-" else text
-            merge_interval = None if text in ("", "None") else int(text) if signed.isascii() and signed.isdigit() \
-                else text
-        # checked here, before any request, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
-        self.merge_interval = _check_merge_interval(merge_interval, None)
+        self.merge_interval = merge_interval
         if deltalog_backend == "triton" and self.model.device.type != "cuda" and not interpreting():
             raise ValueError(
                 f"deltalog_backend='triton' needs the model on a CUDA device (it is on {self.model.device}) or "

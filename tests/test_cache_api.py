@@ -1496,6 +1496,60 @@ def test_memory_footprint_counts_whole_buffers_behind_views():
     assert cache.memory_footprint() == _storage_bytes(cache)
 
 
+def test_row_selection_reads_bool_lists_as_masks_and_refuses_empty_or_out_of_range_rows():
+    """[True, False] was read as the row numbers [1, 0] (both rows kept, swapped); an empty selection left every
+    layer with 0 rows and the next generate called the cache inconsistent; row 5 of 2 failed with a raw IndexError.
+    Now a list of bools is a mask, and an empty or out-of-range selection is a ValueError before anything changes."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    forward(model, prompt_ids(2, 5), cache)
+    state = cache.materialize(0)
+    for bad, err, match in (([], ValueError, "at least one row to keep"), ([False, False], ValueError, "at least one"),
+                            ([5], ValueError, r"got row 5, but the cache holds 2 rows \(indices in \[-2, 2\)\)"),
+                            ([-3], ValueError, "got row -3"), ([True, 0], TypeError, "not a mix")):
+        with pytest.raises(err, match=match):
+            cache.batch_select_indices(bad)
+        assert cache.batch_size == 2 and torch.equal(cache.materialize(0), state)
+    cache.batch_select_indices([True, False])
+    assert cache.batch_size == 1 and torch.equal(cache.materialize(0), state[:1])
+    cache.batch_repeat_interleave(np.int64(2))
+    assert cache.batch_size == 2 and torch.equal(cache.materialize(np.int64(0)), state[:1].expand(2, -1, -1, -1))
+
+
+def test_plan_is_a_query_that_never_locks_the_cache():
+    """layer.plan(...) is documented as a query, but its refusal (backend='triton' on the CPU without the
+    interpreter) went through the cache's reject and locked it: every later forward was refused until reset()."""
+    import hf_deltalog.cache as cache_module
+
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, backend="triton")
+    interpreting = cache_module.interpreting
+    cache_module.interpreting = lambda: False  # as on a CPU without TRITON_INTERPRET
+    try:
+        with pytest.raises(ValueError, match="backend='triton' needs CUDA tensors"):
+            cache.deltalog_layers[0].plan(2, torch.device("cpu"))
+    finally:
+        cache_module.interpreting = interpreting
+    assert cache._status.broken is None
+    cache._status.check()
+
+
+def test_numpy_integers_for_crop_and_a_capture_that_is_not_a_bool_or_auto():
+    """crop(np.int64(-1)) was refused ("crop takes an int") where merge_interval and max_cache_len take numpy
+    integers; GraphDecoder(capture="false") counted as capture=True."""
+    from hf_deltalog.graph import GraphDecoder
+
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, crop_ring=True)
+    model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, do_sample=False)
+    cache.crop(np.int64(-1))
+    assert cache.get_seq_length() == 6
+    static = DeltaLogCache(model, static=True, max_cache_len=16)
+    for bad in ("false", "yes", 1, None):
+        with pytest.raises(ValueError, match=f"capture must be True, False or 'auto'; got {bad!r}"):
+            GraphDecoder(model, static, capture=bad)
+
+
 def test_compileability_is_stated_truthfully():
     cache = DeltaLogCache(tiny_model("qwen3_5"))
     assert cache.is_compileable is False

@@ -82,6 +82,15 @@ def test_cache_options_are_checked_when_built(bad, error, match, monkeypatch):
     assert lm.merge_interval == 8  # lm-eval's model_args pass strings
 
 
+@pytest.mark.parametrize("merge_interval", ["0", 2.7])
+def test_merge_interval_is_checked_before_the_model_loads(merge_interval, tmp_path):
+    """merge_interval was parsed and checked only after HFLM had loaded the model (minutes for a large one); now it
+    is checked first: with a folder that holds no model, the merge_interval error comes, not a loading error."""
+    with pytest.raises((ValueError, TypeError), match="merge_interval must be an integer"):
+        CachedHFLM(pretrained=str(tmp_path / "no-model-here"), device="cpu", batch_size=2,
+                   merge_interval=merge_interval)
+
+
 def test_parity_cpu_fp32(tmp_path):
     """The CI parity check: both local tasks, a few documents (two batches), GDN and KDA checkpoints, fp32 on the CPU:
     identical metrics, 100 % identical generations, log-likelihoods within 1e-5."""

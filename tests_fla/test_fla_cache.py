@@ -357,6 +357,8 @@ def test_construction_errors():
         with pytest.raises(ValueError, match="options of DeltaLogCache for transformers' models; .* merge_interval, "
                                              "backend and stagger_merges only"):
             DeltaLogCache(model, **kw)
+    # spelled out at their defaults (generic code) they ask nothing of FLA's cache: accepted (they were refused)
+    assert isinstance(DeltaLogCache(model, static=False, max_cache_len=None, crop_ring=False), FLADeltaLogCache)
 
 
 def test_generate_refuses_mismatched_use_before_touching_the_cache():
