@@ -129,7 +129,10 @@ def _fla_dense_decode(operator: str) -> Callable | None:
 
 
 class _Status:
-    """State shared by a cache and its layers: why the cache is unusable, if a rejected call left it half-updated."""
+    """State shared by a cache and its layers: why the cache is unusable until ``reset()``, if something left it so.
+
+    ``broken`` completes the sentence "this DeltaLogCache ..." (e.g. "was left inconsistent by ..."), so the message
+    of every later call names the actual cause."""
 
     __slots__ = ("broken", "step_counters")
 
@@ -152,15 +155,14 @@ class _Status:
 
     def reject(self, message: str) -> ValueError:
         """Record that a forward was refused part-way (earlier layers may already have advanced) and build the error."""
-        self.broken = message
+        self.broken = ("was left inconsistent by a call it refused part-way through a forward (some layers had "
+                       f"already advanced): {message}")
         return ValueError(message)
 
     def check(self) -> None:
+        """Raise ValueError naming the cause if the cache is locked (until ``reset()``)."""
         if self.broken is not None:
-            raise ValueError(
-                "this DeltaLogCache was left inconsistent by a call it refused part-way through a forward (some layers "
-                f"had already advanced): {self.broken}. Call cache.reset() to start over"
-            )
+            raise ValueError(f"this DeltaLogCache {self.broken}. Call cache.reset() to start over")
 
 
 def _triton_kernels(operator: str) -> tuple[Callable, Callable] | None:
@@ -240,7 +242,8 @@ class DeltaLogState:
         dtypes = [a for a in (*args, kwargs.get("dtype")) if isinstance(a, torch.dtype)]
         if dtypes and not any(isinstance(a, torch.Tensor) for a in args):
             return self
-        self.layer.status.broken = "its state reached a recurrence that hf_deltalog has not bound"
+        self.layer.status.broken = ("was left inconsistent by a forward that stopped part-way: its state reached a "
+                                    "recurrence that hf_deltalog has not bound")
         if type(self) is not globals()["DeltaLogState"]:  # this module was reloaded since (autoreload)
             raise RuntimeError(
                 "this DeltaLogCache was built before hf_deltalog.cache was reloaded (importlib.reload, IPython's "
@@ -942,7 +945,8 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
 
     Raises:
         TypeError: not a 1-D int64 / int32 tensor (or a sequence of ints) of row indices.
-        ValueError: its length is not ``rows``.
+        ValueError: its length is not ``rows``, or (on the CPU only: elsewhere reading the values would wait for the
+            device) an entry outside ``[0, rows)``.
     """
     if isinstance(beam_idx, (list, tuple)):
         beam_idx = torch.tensor(beam_idx)
@@ -950,6 +954,10 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
         raise TypeError(f"beam_idx must be a 1-D int64 or int32 tensor (or list) of row indices; got {beam_idx!r}")
     if rows != -1 and beam_idx.shape[0] != rows:
         raise ValueError(f"beam_idx has {beam_idx.shape[0]} entries but the cache holds {rows} rows")
+    # on the CPU the range check costs no device wait (on a GPU it would, every beam-search step)
+    if rows != -1 and beam_idx.device.type == "cpu" and beam_idx.numel() and not torch.compiler.is_compiling() \
+            and (int(beam_idx.min()) < 0 or int(beam_idx.max()) >= rows):
+        raise ValueError(f"beam_idx entries must be row numbers in [0, {rows}); got {beam_idx.tolist()}")
     return beam_idx
 
 
@@ -1031,9 +1039,10 @@ class DeltaLogCache(DynamicCache):
 
     Raises:
         TypeError: not a model/config, a non-integer ``merge_interval``, a non-bool ``static`` or ``crop_ring``, a
-            ``stagger_merges`` other than True or False.
+            ``stagger_merges`` other than True or False, in static mode a ``max_cache_len`` that is neither None nor an
+            integer (a bool or a float is not; a numpy integer is).
         ValueError: a model without a supported linear-attention layer, ``merge_interval`` outside [1, 1024], an
-            unknown backend, static mode without a positive integer ``max_cache_len`` (a numpy integer is taken) or on
+            unknown backend, static mode without a ``max_cache_len`` or with one below 1, or on
             a config without attention layers, ``max_cache_len`` without static mode, ``static``, ``max_cache_len``
             or ``crop_ring`` for an FLA model.
     """
@@ -1067,10 +1076,12 @@ class DeltaLogCache(DynamicCache):
         model_type = getattr(config, "model_type", None)
         try:
             spec = _resolve(model_type)
-        except ValueError:
+        except (ValueError, TypeError):
+            from hf_deltalog.patches.registry import supported_description
+
             raise ValueError(
-                f"DeltaLogCache does not support {model_type!r} models (it serves the Gated DeltaNet and Kimi Delta Attention layers of "
-                f"types {', '.join(sorted(_supported()))})"
+                f"DeltaLogCache does not support {model_type!r} models (it serves the Gated DeltaNet, Kimi Delta "
+                f"Attention and RWKV6 layers of {supported_description()})"
             ) from None
         layer_types = list(getattr(config, "layer_types", None) or [])
         if "linear_attention" not in layer_types:
@@ -1092,7 +1103,11 @@ class DeltaLogCache(DynamicCache):
         self.model_type = spec.model_type
         self.static = static
         if self.static:
-            if isinstance(max_cache_len, bool) or not isinstance(max_cache_len, numbers.Integral) or max_cache_len < 1:
+            if max_cache_len is not None and (isinstance(max_cache_len, bool)
+                                              or not isinstance(max_cache_len, numbers.Integral)):
+                raise TypeError(f"static=True needs max_cache_len, a positive int (prompt + new tokens); got "
+                                f"{max_cache_len!r}")
+            if max_cache_len is None or max_cache_len < 1:
                 raise ValueError(f"static=True needs max_cache_len, a positive int (prompt + new tokens); got "
                                  f"{max_cache_len!r}")
             max_cache_len = int(max_cache_len)  # a numpy integer too, as merge_interval takes
@@ -1373,7 +1388,16 @@ class DeltaLogCache(DynamicCache):
         then this, before it updates the window in place): the layer counts as inside a forward until it stores its
         recurrent state, and a forward stopped in between is refused at the next ``generate`` or forward. A call from
         user code (not from a module's forward) is only a read, except in static mode inside a function compiled by
-        ``torch.compile``, where it counts as a model's call. To inspect the state use :meth:`materialize`."""
+        ``torch.compile``, where it counts as a model's call. To inspect the state use :meth:`materialize`.
+
+        Raises:
+            TypeError: ``layer_idx`` is not an int (a numpy integer is).
+            ValueError: no such layer, not a linear-attention layer, ``state_idx`` other than 0, or the cache is locked
+                (a forward it refused part-way left it inconsistent: ``reset()`` first). A refusal inside a model's
+                forward locks the cache; one from user code changes nothing.
+        """
+        check_layer_index(layer_idx)
+        layer_idx = int(layer_idx)
         layer = self._require_linear(layer_idx)
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
@@ -1484,7 +1508,14 @@ class DeltaLogCache(DynamicCache):
         self._order = StepOrder()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``)."""
+        """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``).
+
+        Raises:
+            TypeError: not a 1-D int64 / int32 tensor (or a list of ints).
+            ValueError: not ``B`` entries, or (``beam_idx`` on the CPU) an entry outside ``[0, B)``. On a GPU the
+                values are not checked here (beam search calls this every step, and a check would wait for the
+                device): an entry outside ``[0, B)`` fails in torch's gather (a device-side assert).
+        """
         beam_idx = check_beam_idx(beam_idx, self.batch_size)
         super().reorder_cache(beam_idx)
         if self._ledger is not None:
@@ -1820,12 +1851,6 @@ def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input
                 f"the first {held} input tokens differ from the {held} tokens this DeltaLogCache consumed, so it "
                 "cannot continue them. For an unrelated prompt call cache.reset() or build a new DeltaLogCache"
             )
-
-
-def _supported() -> list[str]:
-    from hf_deltalog.patches.registry import supported_model_types
-
-    return supported_model_types()
 
 
 # generate's checks are bound when this module is imported, not only when a cache is built: in

@@ -72,7 +72,7 @@ from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
 from hf_deltalog.kernels.kda.naive import naive_deltalog_kda_decode, naive_deltalog_kda_materialize
 from hf_deltalog.kernels.rwkv6.naive import naive_deltalog_rwkv6_decode, naive_deltalog_rwkv6_materialize
-from hf_deltalog.patches.fla import FLAFamilySpec, fla_family_of, patch_fla, supported_fla_model_types
+from hf_deltalog.patches.fla import FLA_FAMILIES, FLAFamilySpec, fla_family_of, patch_fla, supported_fla_model_types
 
 __all__ = ["FLADeltaLogCache", "FLADeltaLogLayer", "FLADeltaLogState", "fla_generate_handover"]
 
@@ -100,6 +100,10 @@ def _triton_decoder(operator: str) -> tuple[Callable, Callable] | None:
     except Exception:  # noqa: BLE001 - triton missing or unusable here: the torch backend serves
         return None
 
+
+
+# FLA's layer module of each family -> its model type (the caller of a layer's step read or store)
+_LAYER_MODULE_FAMILY = {spec.module: spec.model_type for spec in FLA_FAMILIES.values()}
 
 class _Shared:
     """State shared by a cache and its layers: the failure status and the last ``cu_seqlens`` checked."""
@@ -149,7 +153,8 @@ class FLADeltaLogState:
             # an FLA kernel took the handle for a tensor: FLA's code read it, or Triton's, called by FLA's unbound
             # kernel (its interpreter reads the arguments first for some families); a user's read changes nothing
             if caller.split(".")[0] in ("fla", "triton"):
-                self.layer.shared.status.broken = "its state reached an FLA kernel that hf_deltalog has not bound"
+                self.layer.shared.status.broken = ("was left inconsistent by a forward that stopped part-way: its "
+                                                   "state reached an FLA kernel that hf_deltalog has not bound")
                 if type(self) is not globals()["FLADeltaLogState"]:  # this module was reloaded since (autoreload)
                     raise RuntimeError(
                         "this DeltaLogCache was built before hf_deltalog.fla_cache was reloaded (importlib.reload, "
@@ -653,7 +658,10 @@ class FLADeltaLogCache(FLACache):
             )
         # A store by FLA's model code (its layers, RWKV6's FFN) is a step of a forward; one from elsewhere (code that
         # drives the cache layer by layer) only stores
-        forward = sys._getframe(1).f_globals.get("__name__", "").startswith("fla.")
+        caller = sys._getframe(1)
+        forward = caller.f_globals.get("__name__", "").startswith("fla.")
+        if forward and caller.f_code.co_name == "update_layer_cache" and caller.f_back is not None:
+            self._refuse_other_family(caller.f_back.f_globals.get("__name__", ""))  # the layer that stores
         ffn_only = ffn_state is not None and recurrent_state is None and attn_state is None
         if forward and self._begin_step(layer_idx, "ffn" if ffn_only else "store",
                                         ("read", "store") if ffn_only else ("read",)):
@@ -715,6 +723,7 @@ class FLADeltaLogCache(FLACache):
         caller = sys._getframe(1)  # this runs every decode step
         if caller.f_code.co_name == "get_layer_cache" and caller.f_globals.get("__name__", "").startswith("fla.") \
                 and caller.f_back is not None and caller.f_back.f_globals.get("__name__", "").startswith("fla."):
+            self._refuse_other_family(caller.f_back.f_globals["__name__"])
             if self._begin_step(layer_idx, "read"):
                 self._check_rows(caller.f_back, layer_idx)
             self._inside.add(layer_idx)
@@ -739,6 +748,18 @@ class FLADeltaLogCache(FLACache):
         x = local.get("hidden_states")
         self._refuse_other_rows(cu_seqlens.shape[0] - 1 if isinstance(cu_seqlens, torch.Tensor) else
                                 x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None, layer_idx)
+
+    def _refuse_other_family(self, module: str) -> None:
+        """Raise ValueError (and lock the cache) when FLA's layer module ``module`` (the caller of a step read or a
+        store) is another family's: a model of another family with the same head sizes would otherwise prefill an
+        empty cache (its states pass the shape checks), or fail inside FLA's code on a cache that holds tokens with
+        an error that does not name the cause. Modules that are no family's layer module (FLA's model code, which
+        stores RWKV6's FFN state) are not checked."""
+        family = _LAYER_MODULE_FAMILY.get(module)
+        if family is not None and family != self.spec.model_type:
+            raise self._shared.status.reject(
+                f"this DeltaLogCache was built for FLA's {self.spec.model_type!r} models but is used by a {family!r} "
+                f"layer ({module}); build the cache from the model that uses it")
 
     def _refuse_other_rows(self, rows: int | None, layer_idx: int) -> None:
         """Raise ValueError when ``rows`` (None: unknown) differs from the rows of a cache that holds tokens."""
@@ -802,7 +823,14 @@ class FLADeltaLogCache(FLACache):
 
     # ------------------------------------------------------------------ batch and lifecycle
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``)."""
+        """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``).
+
+        Raises:
+            TypeError: not a 1-D int64 / int32 tensor (or a list of ints).
+            ValueError: not ``B`` entries, or (``beam_idx`` on the CPU) an entry outside ``[0, B)``. On a GPU the
+                values are not checked here (beam search calls this every step, and a check would wait for the
+                device): an entry outside ``[0, B)`` fails in torch's gather (a device-side assert).
+        """
         beam_idx = check_beam_idx(beam_idx, self.batch_size)
         for layer in self.layers:
             layer.reorder_cache(beam_idx)
@@ -810,7 +838,11 @@ class FLADeltaLogCache(FLACache):
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        """Repeat every row ``repeats`` times (an int ≥ 1) in every layer."""
+        """Repeat every row ``repeats`` times (an int ≥ 1) in every layer.
+
+        Raises:
+            TypeError: ``repeats`` is not an int (a numpy integer is). ValueError: ``repeats`` below 1.
+        """
         check_repeats(repeats)
         repeats = int(repeats)
         for layer in self.layers:
@@ -819,7 +851,13 @@ class FLADeltaLogCache(FLACache):
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer."""
+        """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer.
+
+        Raises:
+            TypeError: neither row numbers nor a boolean mask (a float tensor, a list mixing bools and ints).
+            ValueError: an empty selection, a row outside ``[-B, B)``, or a mask of another length than ``B``; before
+                anything changes.
+        """
         indices = check_row_indices(indices, self.batch_size)
         for layer in self.layers:
             layer.batch_select_indices(indices)
@@ -890,13 +928,18 @@ class FLADeltaLogCache(FLACache):
         # the new tokens of a continuation); fewer: some steps did not reach it
         if sequences is not None and not beams and held < sequences.shape[-1] - 1:
             self._ledger = None
-            self._shared.status.broken = (  # locked until reset(): its layers miss the steps that bypassed it
+            message = (
                 f"generate returned {sequences.shape[-1]} tokens per row, but only {held} went through this "
                 "DeltaLogCache: from some step on the model did not receive it as past_key_values, so FLA decoded "
                 "without a cache and the returned tokens are not cached decoding's. Something replaced the model's "
                 "prepare_inputs_for_generation (an instance attribute, or a rebinding of its class's method during "
                 "generate) and bypassed hf_deltalog's hand-over. Call cache.reset() and generate again without it")
-            raise RuntimeError(self._shared.status.broken)
+            # locked until reset(): its layers miss the steps that bypassed it
+            self._shared.status.broken = (
+                f"is locked: an earlier generate returned {sequences.shape[-1]} tokens per row, but only {held} went "
+                "through this cache (something bypassed hf_deltalog's hand-over to the model; that call raised a "
+                "RuntimeError saying what)")
+            raise RuntimeError(message)
         self._ledger = consumed_ledger(self._ledger, None if beams else sequences, self.batch_size, held)
 
 

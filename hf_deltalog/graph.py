@@ -188,27 +188,35 @@ class GraphDecoder:
         their state across chunks). Returns the first generated token ``[B]``.
 
         Raises:
-            ValueError: ``max_new_tokens`` is not an int of at least 1, ``prefill_chunk`` is neither None nor an int
-                of at least 1, an empty prompt, the cache already holds tokens (call ``cache.reset()`` first:
-                prefill fills it from empty) or is inconsistent (a forward stopped part-way filled some of its
-                layers), the cache holds fewer than ``T + max_new_tokens`` slots, ``attention_mask`` has another
-                shape than ``input_ids``, the prompt holds a vision-language model's image or video placeholder
-                tokens (the loop feeds token ids only: no pixels), or a graph was captured for another batch size or
-                fewer new tokens. All before the model runs: the cache stays empty.
-            TypeError: ``input_ids`` or ``attention_mask`` is not a tensor (a list or a numpy array: convert it with
-                ``torch.as_tensor``).
+            ValueError: ``max_new_tokens`` below 1, ``prefill_chunk`` below 1, an empty prompt, the cache already
+                holds tokens (call ``cache.reset()`` first: prefill fills it from empty) or is inconsistent (a
+                forward stopped part-way filled some of its layers), the cache holds fewer than
+                ``T + max_new_tokens`` slots, ``attention_mask`` has another shape than ``input_ids``, the prompt
+                holds a vision-language model's image or video placeholder tokens (the loop feeds token ids only: no
+                pixels), or a graph was captured for another batch size or fewer new tokens. All before the model
+                runs: the cache stays empty.
+            TypeError: ``max_new_tokens`` is not an int (a bool or a float is not; a numpy integer is),
+                ``prefill_chunk`` neither None nor an int, ``input_ids`` or ``attention_mask`` not a tensor (a list or a
+                numpy array: convert it with ``torch.as_tensor``), ``input_ids`` not of an integer dtype.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+            raise TypeError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
+        if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
         max_new_tokens = int(max_new_tokens)  # a numpy integer too, as generate and the cache take it
         if prefill_chunk is not None and (isinstance(prefill_chunk, bool)
-                                          or not isinstance(prefill_chunk, numbers.Integral) or prefill_chunk < 1):
+                                          or not isinstance(prefill_chunk, numbers.Integral)):
+            raise TypeError(f"prefill_chunk must be None or an int of at least 1; got {prefill_chunk!r}")
+        if prefill_chunk is not None and prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be None or an int of at least 1; got {prefill_chunk!r}")
         prefill_chunk = None if prefill_chunk is None else int(prefill_chunk)  # numpy int8 + int8 would wrap
         if not isinstance(input_ids, torch.Tensor) or (attention_mask is not None
                                                        and not isinstance(attention_mask, torch.Tensor)):
             raise TypeError(f"input_ids and attention_mask must be torch tensors; got "
                             f"{type(input_ids).__name__} and {type(attention_mask).__name__}")
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise TypeError(f"input_ids must hold integer token ids (int64, as a tokenizer returns them); got "
+                            f"{input_ids.dtype}")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must be [B, T] with T ≥ 1; got shape {tuple(input_ids.shape)}")
         _refuse_media_placeholders(self.model, input_ids)
@@ -396,6 +404,7 @@ def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         ValueError: ``model.generation_config`` sets an option that ``generate(do_sample=False)`` would apply and this
             loop does not (:func:`check_greedy_generation_config`); see also :class:`GraphDecoder` and
             :meth:`GraphDecoder.prefill`.
+        TypeError: see :class:`GraphDecoder` and :meth:`GraphDecoder.prefill` (wrong argument types).
     """
     config = model.generation_config
     if isinstance(eos_token_id, str) and eos_token_id == "config":

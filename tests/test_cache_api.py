@@ -76,8 +76,11 @@ def test_unknown_backend():
 def test_model_without_supported_linear_attention():
     llama = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                      num_attention_heads=2)
-    with pytest.raises(ValueError, match="DeltaLogCache does not support 'llama' models"):
+    with pytest.raises(ValueError, match="DeltaLogCache does not support 'llama' models") as err:
         DeltaLogCache(llama)
+    # the message listed only the text-config types: the wrapper and FLA types it takes are named too
+    assert all(name in str(err.value) for name in ("qwen3_5_text", "kimi_linear", "qwen3_5,", "rwkv6",
+                                                   "gated_deltanet", "kda"))
     attention_only = family_config("qwen3_5", layer_types=["full_attention"] * 4)
     with pytest.raises(ValueError, match="no 'linear_attention' layer"):
         DeltaLogCache(attention_only)
@@ -185,8 +188,11 @@ def test_static_max_cache_len_takes_a_numpy_integer():
     ids, kw = prompt_ids(2, 6, seed=3), dict(max_new_tokens=4, do_sample=False, eos_token_id=None)
     with torch.no_grad():
         assert torch.equal(model.generate(ids, cache=cache, **kw), model.generate(ids, **kw))
-    for bad in (True, 16.0, np.int64(0), -3):
+    for bad in (np.int64(0), -3, None):
         with pytest.raises(ValueError, match="static=True needs max_cache_len, a positive int"):
+            DeltaLogCache(model, static=True, max_cache_len=bad)
+    for bad in (True, 16.0, "16"):  # a wrong type is a TypeError (it was a ValueError)
+        with pytest.raises(TypeError, match="static=True needs max_cache_len, a positive int"):
             DeltaLogCache(model, static=True, max_cache_len=bad)
 
 
@@ -1038,9 +1044,11 @@ def test_reorder_cache_keeps_the_generate_check_in_step():
 @pytest.mark.parametrize("bad, error", [([0.5, 1.0], TypeError), (torch.tensor([[0, 1]]), TypeError),
                                         (torch.tensor([True, False]), TypeError), (torch.tensor([0]), ValueError),
                                         (torch.tensor([1, 0], dtype=torch.uint8), TypeError),
-                                        (torch.tensor([1, 0], dtype=torch.int8), TypeError)])
+                                        (torch.tensor([1, 0], dtype=torch.int8), TypeError),
+                                        (torch.tensor([0, 2]), ValueError), ([-1, 0], ValueError)])
 def test_reorder_cache_rejects_bad_indices(bad, error):
-    """uint8 indices failed with index_select's RuntimeError (torch reads uint8 as a mask): now the TypeError."""
+    """uint8 indices failed with index_select's RuntimeError (torch reads uint8 as a mask): now the TypeError. Rows
+    outside [0, B) on the CPU failed with index_select's raw IndexError: now a ValueError naming them."""
     model = tiny_model("qwen3_5")
     cache = DeltaLogCache(model)
     forward(model, prompt_ids(2, 5), cache)
@@ -1048,6 +1056,18 @@ def test_reorder_cache_rejects_bad_indices(bad, error):
     with pytest.raises(error, match="beam_idx"):
         cache.reorder_cache(bad)
     assert torch.equal(cache.materialize(0), S)
+
+
+def test_get_recurrent_state_refuses_a_non_int_layer_index():
+    """get_recurrent_state('0') failed with a raw comparison TypeError (materialize said what it takes); a numpy
+    integer is taken."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    forward(model, prompt_ids(2, 5), cache)
+    for bad in ("0", 0.0, True):
+        with pytest.raises(TypeError, match="layer_idx must be an int"):
+            cache.get_recurrent_state(bad)
+    assert cache.get_recurrent_state(np.int64(0)) is cache.get_recurrent_state(0)
 
 
 def test_reorder_cache_gathers_everything():

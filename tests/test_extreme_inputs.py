@@ -271,3 +271,20 @@ def test_zero_head_size_is_refused(op, impl, K_, V_):
     xs, base, log, ws = empty_head_case(op, K_, V_)
     step = (lambda: naive(*xs, base, *log)) if impl == "reference" else (lambda: kernel(*xs, base, *log, ws))
     assert_refused(step, ValueError, "head sizes and head counts must be ≥ 1", [base, *log, ws])
+
+
+@pytest.mark.parametrize("materialize, value_log, heads", [
+    (naive_deltalog_gdn_materialize, "u_log", "Hk"), (naive_deltalog_kda_materialize, "u_log", "Hk"),
+    (naive_deltalog_rwkv6_materialize, "v_log", "H")])
+def test_materialize_refuses_a_log_that_is_not_4d(materialize, value_log, heads):
+    """A 3-D k_log (or a non-tensor) failed with a raw 'not enough values to unpack' (or AttributeError) before the
+    references' shape checks: now a ValueError / TypeError naming the expected shapes."""
+    B, H, C, K_, V_ = 2, 2, 3, 4, 5
+    z = torch.zeros
+    base, log_decay = z(B, H, K_, V_), z(B, H, K_) if materialize is not naive_deltalog_gdn_materialize else z(B, H)
+    rest = (z(B, H, C, V_), z(B, H, C, K_) if materialize is not naive_deltalog_gdn_materialize else z(B, H, C),
+            torch.zeros(B, dtype=torch.int64))
+    with pytest.raises(ValueError, match=rf"k_log must be \[B, {heads}, C, K\] and {value_log} .*got k_log \(2, 2, 4\)"):
+        materialize(base, log_decay, z(B, H, K_), *rest)
+    with pytest.raises(TypeError, match="k_log must be a torch.Tensor; got list"):
+        materialize(base, log_decay, [0.0], *rest)

@@ -11,6 +11,7 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # must precede any triton import (the kernel module imports triton)
 
+import numpy as np
 import pytest
 import torch
 
@@ -371,12 +372,16 @@ BAD_INPUTS = [
     ("num_warps", _kw(num_warps=3), ValueError, "num_warps"),
     ("prepare_warps", _kw(prepare_warps=5), ValueError, "prepare_warps must be one of"),
     ("heads_per_program", _kw(heads_per_program=4), ValueError, "heads_per_program must be a power of two dividing"),
-    # bools and floats passed the checks (True == 1, 1.0 == 1) and raw_qk="no" read as True
-    ("num_warps-bool", _kw(num_warps=True), ValueError, "num_warps must be one of"),
-    ("num_warps-float", _kw(num_warps=1.0), ValueError, "num_warps must be one of"),
-    ("block_v-bool", _kw(block_v=True), ValueError, "block_v must be a power of two"),
-    ("heads_per_program-bool", _kw(heads_per_program=True), ValueError, "heads_per_program must be a power of two"),
-    ("raw_qk-str", _kw(raw_qk="no"), ValueError, "raw_qk must be True, False or None"),
+    # bools and floats passed the checks (True == 1, 1.0 == 1) and raw_qk="no" read as True; a wrong type is a
+    # TypeError (it was a ValueError), a numpy integer is taken as an int (it was refused)
+    ("num_warps-bool", _kw(num_warps=True), TypeError, "num_warps must be an int"),
+    ("num_warps-float", _kw(num_warps=1.0), TypeError, "num_warps must be an int"),
+    ("block_v-bool", _kw(block_v=True), TypeError, "block_v must be an int"),
+    ("block_v-str", _kw(block_v="8"), TypeError, "block_v must be an int"),
+    ("prepare_warps-float", _kw(prepare_warps=2.0), TypeError, "prepare_warps must be an int"),
+    ("heads_per_program-bool", _kw(heads_per_program=True), TypeError, "heads_per_program must be an int"),
+    ("raw_qk-str", _kw(raw_qk="no"), TypeError, "raw_qk must be True, False or None"),
+    ("numpy-options", _kw(block_v=np.int64(8), num_warps=np.int32(1), heads_per_program=np.int64(1)), None, None),
 ]
 
 

@@ -221,6 +221,10 @@ def test_prefill_refuses_a_used_cache_and_bad_max_new_tokens(kind):
         graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=0, eos_token_id=None, capture=False)
     with pytest.raises(ValueError, match="got -1"):
         graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=-1, eos_token_id=None, capture=False)
+    for bad in (2.0, True, "2"):  # a wrong type is a TypeError (it was a ValueError)
+        with pytest.raises(TypeError, match=f"max_new_tokens must be an int of at least 1; got {bad!r}"):
+            graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=bad, eos_token_id=None,
+                           capture=False)
     graph_generate(model, prompt_ids(2, 7), cache=cache, max_new_tokens=3, eos_token_id=None, capture=False)
     held = int(cache.get_seq_length())
     with pytest.raises(ValueError, match=f"already holds {held} tokens per row.*cache.reset"):
@@ -369,11 +373,28 @@ def test_prefill_refuses_a_cache_half_filled_by_an_interrupted_forward():
     assert torch.equal(out.sequences, model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None))
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
-def test_prefill_chunk_must_be_a_positive_int(bad):
-    """prefill_chunk=-1 failed with an UnboundLocalError and 2.5 was silently truncated to 2."""
+def test_prefill_refuses_non_integer_input_ids():
+    """Float (or bool) input_ids failed inside the embedding with torch's raw message: now a TypeError before the
+    model runs, the cache left empty."""
     model = tiny_model("qwen3_5")
-    with pytest.raises(ValueError, match="prefill_chunk must be None or an int of at least 1"):
+    cache = make_cache("deltalog", model, 32)
+    for bad in (prompt_ids(2, 6).float(), prompt_ids(2, 6) > 3):
+        with pytest.raises(TypeError, match="input_ids must hold integer token ids"):
+            graph_generate(model, bad, cache=cache, max_new_tokens=2, capture=False)
+        assert cache.get_seq_length() == 0
+    out = graph_generate(model, prompt_ids(2, 6).int(), cache=cache, max_new_tokens=2, capture=False,
+                         eos_token_id=None)
+    assert torch.equal(out.sequences[:, 6:], model.generate(prompt_ids(2, 6), max_new_tokens=2, do_sample=False,
+                                                            eos_token_id=None)[:, 6:])
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError),
+                                      ("4", TypeError)])
+def test_prefill_chunk_must_be_a_positive_int(bad, exc):
+    """prefill_chunk=-1 failed with an UnboundLocalError and 2.5 was silently truncated to 2; a wrong type is a
+    TypeError (it was a ValueError)."""
+    model = tiny_model("qwen3_5")
+    with pytest.raises(exc, match="prefill_chunk must be None or an int of at least 1"):
         graph_generate(model, prompt_ids(2, 6), cache=make_cache("deltalog", model, 32), max_new_tokens=2,
                        capture=False, prefill_chunk=bad)
 

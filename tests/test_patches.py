@@ -92,8 +92,16 @@ def test_other_caches_are_untouched(clean, family):
 
 
 def test_unknown_family_and_missing_upstream_name(clean, monkeypatch):
-    with pytest.raises(ValueError, match="model_type 'llama' has no DeltaLog binding"):
+    with pytest.raises(ValueError, match="model_type 'llama' has no DeltaLog binding") as err:
         hf_deltalog.patch("llama")
+    assert "qwen3_5," in str(err.value) and "rwkv6" in str(err.value)  # wrapper and FLA types named too
+    # a non-string failed with a raw "unhashable type" (is_patched) or "'int' object is not iterable" (patch_fla)
+    from hf_deltalog.patches.fla import is_fla_patched, patch_fla
+
+    for call, bad in ((hf_deltalog.is_patched, ["qwen3_5"]), (hf_deltalog.is_patched, 5), (patch_fla, 5),
+                      (patch_fla, ["rwkv6", 5]), (is_fla_patched, 5)):
+        with pytest.raises(TypeError, match="must be (None, )?a(n FLA)? model type name"):
+            call(bad)
     module = importlib.import_module(FAMILIES["qwen3_5_text"].module)
     monkeypatch.delattr(module, "torch_recurrent_gated_delta_rule")
     with pytest.raises(RuntimeError, match=r"torch_recurrent_gated_delta_rule no longer exists in transformers 5\."):

@@ -131,6 +131,10 @@ def test_rollout_matches_fp64_recurrence():
     (lambda a: a.__setitem__(6, a[6][..., 0].contiguous()), ValueError, "log_decay must have shape"),
     (lambda a: a.__setitem__(9, a[9].double()), TypeError, "decay_log must be float32"),
     (lambda a: a.__setitem__(11, a[11][:, :-1].contiguous()), ValueError, "workspace must have shape"),
+    # these two messages gave no values
+    (lambda a: a.__setitem__(5, a[5].transpose(-1, -2).contiguous().transpose(-1, -2)), ValueError,
+     r"base must be contiguous.*got strides \(\d+, \d+, 1, \d+\) for shape \(2, \d+, 16, 8\)"),
+    (lambda a: a.__setitem__(6, a[6].to("meta")), ValueError, r"one device; got \['cpu', 'meta'\]"),
 ])
 def test_launcher_errors(bad, error, match):
     B, H, K, V, M = 2, 1, 16, 8, 3
@@ -165,16 +169,18 @@ def test_custom_op_plain_entry_and_compile():
     assert all(v == "SUCCESS" for v in result.values()), result
 
 
-@pytest.mark.parametrize("bad, match", [(dict(block_v=0), "block_v must be a power of two"),
-                                        (dict(num_warps=3), "num_warps must be one of"),
-                                        (dict(prepare_warps=3), "prepare_warps must be one of"),
-                                        (dict(num_warps=True), "num_warps must be one of"),
-                                        (dict(block_v=2.0), "block_v must be a power of two")])
-def test_launch_options_are_checked(bad, match):
+# a wrong type is a TypeError (floats and bools were ValueErrors), a bad value a ValueError
+@pytest.mark.parametrize("bad, exc, match", [(dict(block_v=0), ValueError, "block_v must be a power of two"),
+                                             (dict(num_warps=3), ValueError, "num_warps must be one of"),
+                                             (dict(prepare_warps=3), ValueError, "prepare_warps must be one of"),
+                                             (dict(num_warps=True), TypeError, "num_warps must be an int"),
+                                             (dict(block_v=2.0), TypeError, "block_v must be an int"),
+                                             (dict(prepare_warps="1"), TypeError, "prepare_warps must be an int")])
+def test_launch_options_are_checked(bad, exc, match):
     B, H, K, V, M = 2, 1, 16, 8, 3
     args = list(make_inputs(B, H, K, V, torch.float32, torch.Generator().manual_seed(6))) + [torch.randn(H, K)]
     args += make_state(B, H, K, V, M, [0, 1], seed=7) + [deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu")]
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(exc, match=match):
         fused_deltalog_rwkv6_decode(*args, **bad)
 
 

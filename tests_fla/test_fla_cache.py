@@ -63,6 +63,11 @@ def test_batch_select_indices_takes_a_list_and_keeps_the_rows():
         cache.batch_select_indices(torch.tensor([0.0]))
     cache.batch_select_indices([2, 0])
     assert all(torch.equal(cache.materialize(i), S[[2, 0]]) for i, S in enumerate(states))
+    # rows outside [0, B) on the CPU failed with index_select's raw IndexError: now a ValueError, nothing changed
+    for bad in ([0, 2], [-1, 0]):
+        with pytest.raises(ValueError, match=r"beam_idx entries must be row numbers in \[0, 2\)"):
+            cache.reorder_cache(bad)
+    assert all(torch.equal(cache.materialize(i), S[[2, 0]]) for i, S in enumerate(states))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -652,3 +657,27 @@ def test_a_cache_built_before_a_reload_of_the_module_says_so(tmp_path):
     script.write_text(CACHE_MODULE_RELOAD_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:] + done.stdout[-1000:]
+
+
+@pytest.mark.parametrize("owner, other, held", [("gated_deltanet", "kda", False), ("kda", "gated_deltanet", False),
+                                                ("gated_deltanet", "rwkv6", True), ("rwkv6", "kda", True)])
+def test_a_model_of_another_family_is_refused_with_the_cause(owner, other, held):
+    """A forward of a model of another FLA family with the same head sizes (GDN and KDA here) prefilled an empty cache
+    silently (its state passed the shape checks; 36th review); on a cache holding tokens, RWKV6's layer failed inside
+    FLA's code with an AttributeError that did not name the cause. Both are refused naming the two families, and the
+    cache is locked until reset()."""
+    model, stranger = tiny_model(owner), tiny_model(other)
+    ids = prompt_ids(2, 4)
+    cache = DeltaLogCache(model, backend="torch")
+    with torch.no_grad():
+        if held:
+            model(ids, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match=f"built for FLA's '{owner}' models but is used by a '{other}' layer"):
+            stranger(ids, past_key_values=cache, use_cache=True)
+        with pytest.raises(ValueError, match=f"left inconsistent.*used by a '{other}' layer"):
+            model(ids, past_key_values=cache, use_cache=True)
+        cache.reset()
+        ref = Cache()
+        a = model(ids, past_key_values=ref, use_cache=True).logits
+        b = model(ids, past_key_values=cache, use_cache=True).logits
+    assert max_abs(a, b) <= 1e-5

@@ -769,8 +769,17 @@ def test_user_instance_attributes_do_not_make_generate_decode_without_the_cache(
         return inputs
 
     monkeypatch.setattr(model, "prepare_inputs_for_generation", dropping, raising=False)
+    locked = DeltaLogCache(model, backend="torch")
     with pytest.raises(RuntimeError, match="only 0 went through this DeltaLogCache"):
-        generate_ours(model, ids, DeltaLogCache(model, backend="torch"), **kw)
+        generate_ours(model, ids, locked, **kw)
+    # the locked cache's later calls name that cause (they said "refused part-way through a forward", which no
+    # call had been)
+    monkeypatch.delattr(model, "prepare_inputs_for_generation")
+    with pytest.raises(ValueError, match="is locked: an earlier generate returned 8 tokens per row, but only 0") as err:
+        generate_ours(model, ids, locked, **kw)
+    assert "part-way" not in str(err.value) and "cache.reset()" in str(err.value)
+    locked.reset()
+    assert torch.equal(generate_ours(model, ids, locked, **kw), ref)
 
 
 def test_a_class_method_rebound_during_generate_is_caught():

@@ -9,6 +9,7 @@ mutations, still no graph break). ``HF_DELTALOG_OPAQUE_OP=1`` forces the opaque 
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 from typing import Callable
 
@@ -39,16 +40,25 @@ def register_decode_op(name: str, body: Callable, mutates: tuple[str, ...], outp
 
 
 def _is_int(x) -> bool:
-    """An int that is not a bool (``True`` would pass as 1)."""
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer that is not a bool (``True`` would pass as 1): a Python or a numpy integer."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> None:
-    """Raise ValueError unless ``block_v`` is a power of two ≥ 1 and ``num_warps`` one of 1, 2, 4, 8, 16, both ints
-    (not bools or floats; None keeps a launcher's default); ``warps_name`` names the warps option in the message."""
-    if block_v is not None and (not _is_int(block_v) or block_v < 1 or block_v & (block_v - 1)):
+    """Check a launcher's tile and warp options; None keeps the launcher's default.
+
+    Raises:
+        TypeError: ``block_v`` or ``num_warps`` is neither None nor an integer (a bool or a float is not one; a numpy
+            integer is taken).
+        ValueError: ``block_v`` is not a power of two ≥ 1, or ``num_warps`` not one of 1, 2, 4, 8, 16.
+            ``warps_name`` names the warps option in the messages.
+    """
+    for name, value in (("block_v", block_v), (warps_name, num_warps)):
+        if value is not None and not _is_int(value):
+            raise TypeError(f"{name} must be an int (or None for the default); got {value!r}")
+    if block_v is not None and (block_v < 1 or block_v & (block_v - 1)):
         raise ValueError(f"block_v must be a power of two >= 1 (or None for the default); got {block_v!r}")
-    if num_warps is not None and (not _is_int(num_warps) or num_warps not in (1, 2, 4, 8, 16)):
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"{warps_name} must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")
 
 

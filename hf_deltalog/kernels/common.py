@@ -58,6 +58,19 @@ def check_dims(**sizes: int) -> None:
         raise ValueError(f"head sizes and head counts must be ≥ 1; got {bad}")
 
 
+def check_log_ranks(k_log, value_log, value_name: str, key_heads: str = "Hk", value_heads: str = "HV") -> None:
+    """Raise before a reference reads its log's sizes: ``TypeError`` unless ``k_log`` and ``value_log`` are tensors,
+    ``ValueError`` unless both are 4-D (``[B, Hk, C, K]`` and ``[B, HV, C, V]``; the messages name the heads
+    ``key_heads`` / ``value_heads``, e.g. ``H`` for RWKV6, and the value log ``value_name``: ``u_log`` or ``v_log``).
+    The full shape checks follow in each reference."""
+    for name, t in (("k_log", k_log), (value_name, value_log)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if k_log.dim() != 4 or value_log.dim() != 4:
+        raise ValueError(f"k_log must be [B, {key_heads}, C, K] and {value_name} [B, {value_heads}, C, V] (4-D); got "
+                         f"k_log {tuple(k_log.shape)} and {value_name} {tuple(value_log.shape)}")
+
+
 def check_floating(**tensors: torch.Tensor) -> None:
     """Raise ``TypeError`` unless every given tensor has a floating dtype (an integer activation would be truncated)."""
     for name, t in tensors.items():

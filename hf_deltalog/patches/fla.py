@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hf_deltalog.patches.registry import _dispatcher_of, _ours, _upstream_of
+from hf_deltalog.patches.registry import _dispatcher_of, _ours, _upstream_of, check_model_type_names
 
 __all__ = [
     "FLA_FAMILIES",
@@ -115,6 +115,8 @@ def fla_family_of(model_or_config: Any) -> FLAFamilySpec | None:
 
 
 def _resolve(model_type: str) -> FLAFamilySpec:
+    if not isinstance(model_type, str):
+        raise TypeError(f"model_type must be an FLA model type name (a str); got {model_type!r}")
     spec = FLA_FAMILIES.get(model_type)
     if spec is None:
         raise ValueError(
@@ -188,11 +190,11 @@ def patch_fla(model_types: str | list[str] | None = None) -> list[str]:
         The FLA model types patched after the call.
 
     Raises:
-        ValueError: an unknown model type. ImportError / RuntimeError: FLA missing, or lacking a kernel the binding
-        needs (the message names the FLA version).
+        TypeError: ``model_types`` is not None, a string or a list / tuple of strings. ValueError: an unknown model
+        type. ImportError / RuntimeError: FLA missing, or lacking a kernel the binding needs (the message names the
+        FLA version).
     """
-    names = list(FLA_FAMILIES) if model_types is None else ([model_types] if isinstance(model_types, str)
-                                                            else list(model_types))
+    names = list(FLA_FAMILIES) if model_types is None else check_model_type_names(model_types)
     specs = [_resolve(name) for name in names]
     with _LOCK:
         for spec in specs:
@@ -229,7 +231,11 @@ def unpatch_fla() -> None:
 
 
 def is_fla_patched(model_type: str) -> bool:
-    """Whether FLA's ``model_type`` layers currently run the DeltaLog binding."""
+    """Whether FLA's ``model_type`` layers currently run the DeltaLog binding.
+
+    Raises:
+        TypeError: ``model_type`` is not a str. ValueError: not an FLA model type the project serves.
+    """
     spec = _resolve(model_type)
     return spec.model_type in _ORIGINALS and _bound(spec)
 

@@ -118,12 +118,36 @@ def supported_model_types() -> list[str]:
     return sorted(FAMILIES)
 
 
+def supported_description() -> str:
+    """Every model type the project serves, for error messages: the text-config types, the wrapper types that
+    resolve to them, and flash-linear-attention's model types."""
+    from hf_deltalog.patches.fla import supported_fla_model_types
+
+    return (f"transformers' {', '.join(supported_model_types())} (text configs), "
+            f"{', '.join(sorted(_WRAPPERS))} (their wrapper configs), and flash-linear-attention's "
+            f"{', '.join(supported_fla_model_types())} (fla.models)")
+
+
+def check_model_type_names(model_types: Any) -> list[str]:
+    """``model_types`` (None, a name, or a list / tuple of names) as a list of names (None: empty list).
+
+    Raises:
+        TypeError: anything else (a number, a list holding a non-string).
+    """
+    if model_types is None:
+        return []
+    names = [model_types] if isinstance(model_types, str) else model_types
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"model_types must be None, a model type name or a list of them; got {model_types!r}")
+    return list(names)
+
+
 def _resolve(model_type: str) -> FamilySpec:
+    if not isinstance(model_type, str):
+        raise TypeError(f"model_type must be a model type name (a str); got {model_type!r}")
     spec = FAMILIES.get(_WRAPPERS.get(model_type, model_type))
     if spec is None:
-        raise ValueError(
-            f"model_type {model_type!r} has no DeltaLog binding; supported: {', '.join(supported_model_types())}"
-        )
+        raise ValueError(f"model_type {model_type!r} has no DeltaLog binding; supported: {supported_description()}")
     return spec
 
 
@@ -383,9 +407,7 @@ def patch(model_types: str | list[str] | None = None) -> list[str]:
         specs = list(FAMILIES.values())
         fla_names = list(FLA_FAMILIES) if sys.modules.get("fla") is not None else []
     else:
-        names = [model_types] if isinstance(model_types, str) else model_types
-        if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
-            raise TypeError(f"model_types must be None, a model type name or a list of them; got {model_types!r}")
+        names = check_model_type_names(model_types)
         fla_names = [name for name in names if name in FLA_FAMILIES]
         specs = [_resolve(name) for name in names if name not in FLA_FAMILIES]
     if fla_names:
@@ -441,9 +463,15 @@ def unpatch() -> None:
 
 def is_patched(model_type: str) -> bool:
     """Whether the family of ``model_type`` (text or wrapper name, or FLA model type) currently runs the DeltaLog
-    binding."""
+    binding.
+
+    Raises:
+        TypeError: ``model_type`` is not a str. ValueError: a model type the project does not serve.
+    """
     from hf_deltalog.patches.fla import FLA_FAMILIES, is_fla_patched
 
+    if not isinstance(model_type, str):
+        raise TypeError(f"model_type must be a model type name (a str); got {model_type!r}")
     if model_type in FLA_FAMILIES:
         return is_fla_patched(model_type)
     spec = _resolve(model_type)

@@ -60,6 +60,7 @@ from torch.library import wrap_triton
 from hf_deltalog.kernels._op import (
     OP_KIND, check_launch_options, decode_register_cap, launch_device, register_decode_op,
 )
+from hf_deltalog.kernels._op import _is_int
 from hf_deltalog.kernels._op import interpreting as _interpreting
 from hf_deltalog.kernels.common import check_dims, check_disjoint
 
@@ -448,7 +449,8 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         )
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
-            raise ValueError(f"{name} must be contiguous (it is updated in place, so it cannot be copied); it is not")
+            raise ValueError(f"{name} must be contiguous (it is updated in place, so it cannot be copied); got strides "
+                             f"{named[name].stride()} for shape {tuple(named[name].shape)}")
     check_disjoint(named, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1:
@@ -456,8 +458,10 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     check_launch_options(block_v, num_warps)
     check_launch_options(None, prepare_warps, "prepare_warps")
     G = HV // Hk
+    if heads_per_program is not None and not _is_int(heads_per_program):
+        raise TypeError(f"heads_per_program must be an int (or None for the default); got {heads_per_program!r}")
     if heads_per_program is not None and (
-        not isinstance(heads_per_program, int) or isinstance(heads_per_program, bool) or heads_per_program < 1
+        heads_per_program < 1
         or G % heads_per_program
         or heads_per_program & (heads_per_program - 1)
     ):
@@ -600,17 +604,19 @@ def fused_deltalog_gdn_decode(
 
     Raises:
         TypeError: a wrong dtype (activations must be bf16/fp16/fp32, state buffers fp32, ``length`` int32/int64,
-            ``workspace`` fp32) or a non-tensor argument.
+            ``workspace`` fp32), a non-tensor argument, or a launch option of the wrong type (``block_v``,
+            ``num_warps``, ``prepare_warps``, ``heads_per_program`` not None or an int; ``raw_qk`` not None or a bool).
         ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, a zero head size or head count,
             a buffer the step writes sharing memory with another argument, tensors on different devices or
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
-            non-unit last-dim stride on q/k/v, or a bad launch option (``block_v``, ``num_warps``,
-            ``prepare_warps``, ``heads_per_program``, ``raw_qk``).
+            non-unit last-dim stride on q/k/v, or a launch option's bad value (``block_v`` not a power of two,
+            ``num_warps`` / ``prepare_warps`` not in 1, 2, 4, 8, 16, ``heads_per_program`` not a power of two
+            dividing ``HV // Hk``), or ``_pdl`` without a CUDA device and ``use_custom_op=False``.
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
               num_warps, heads_per_program, prepare_warps)
     if raw_qk is not None and not isinstance(raw_qk, bool):
-        raise ValueError(f"raw_qk must be True, False or None (the default); got {raw_qk!r}")
+        raise TypeError(f"raw_qk must be True, False or None (the default); got {raw_qk!r}")
     K = q.shape[-1]
     scale = float(K**-0.5 if scale is None else scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,

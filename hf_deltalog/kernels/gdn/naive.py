@@ -47,6 +47,7 @@ from hf_deltalog.kernels.common import (
     LOG_DECAY_FLOOR,
     check_dims,
     check_floating,
+    check_log_ranks,
     check_same_dtype,
     check_step_buffers,
     later_decay_sums,
@@ -218,6 +219,7 @@ def naive_deltalog_gdn_materialize(
     Raises:
         ValueError, TypeError: on inconsistent shapes or dtypes.
     """
+    check_log_ranks(k_log, u_log, "u_log")
     B, Hk, _, K = k_log.shape
     HV, V = u_log.shape[1], u_log.shape[3]
     _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)

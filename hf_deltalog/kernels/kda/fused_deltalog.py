@@ -264,13 +264,15 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
             raise TypeError(f"{name} must be float32; got {named[name].dtype}")
     if length.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
-    if len({t.device for t in named.values()}) != 1:
-        raise ValueError("all tensors must be on one device")
+    devices = {t.device for t in named.values()}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
     if q.device.type != "cuda" and not interpreting():
         raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {q.device}")
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
-            raise ValueError(f"{name} must be contiguous (it is updated in place)")
+            raise ValueError(f"{name} must be contiguous (it is updated in place); got strides "
+                             f"{named[name].stride()} for shape {tuple(named[name].shape)}")
     check_disjoint(named, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     for name in ("q", "k", "v", "g"):
         if named[name].stride(-1) != 1:
@@ -367,8 +369,12 @@ def fused_deltalog_kda_decode(
         ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
 
     Raises:
-        TypeError, ValueError: wrong dtypes, shapes, devices, layouts, a zero head size or head count, or a buffer
-            the step writes sharing memory with another argument (messages say what is accepted).
+        TypeError: a non-tensor argument, a wrong dtype (q/k/v bf16/fp16/fp32, g/beta floating, state buffers and
+            ``workspace`` fp32, ``length`` int32/int64), or a launch option (``block_v``, ``num_warps``,
+            ``prepare_warps``) that is neither None nor an int.
+        ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
+            head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
+            (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). Messages say what is accepted.
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)

@@ -36,6 +36,7 @@ from hf_deltalog.kernels.common import (
     LOG_DECAY_FLOOR,
     check_dims,
     check_floating,
+    check_log_ranks,
     check_same_dtype,
     check_step_buffers,
     later_decay_sums,
@@ -173,6 +174,7 @@ def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, len
         ``[B, HV, K, V]`` (a new tensor) in the promoted dtype of the buffers (fp32, or fp64 if any is). Raises
         ValueError/TypeError on inconsistent shapes or dtypes.
     """
+    check_log_ranks(k_log, u_log, "u_log")
     B, Hk, _, K = k_log.shape
     HV, V = u_log.shape[1], u_log.shape[3]
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)

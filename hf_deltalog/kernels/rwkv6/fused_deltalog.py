@@ -228,13 +228,15 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     check_log_dtypes(k, v, k_log, v_log)
     if length.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
-    if len({t.device for t in named.values()}) != 1:
-        raise ValueError("all tensors must be on one device")
+    devices = {t.device for t in named.values()}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
     if r.device.type != "cuda" and not interpreting():
         raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {r.device}")
     for name in ("u", "base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
-            raise ValueError(f"{name} must be contiguous")
+            raise ValueError(f"{name} must be contiguous; got strides {named[name].stride()} for shape "
+                             f"{tuple(named[name].shape)}")
     check_disjoint(named, ("base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"))
     for name in ("r", "k", "v", "w"):
         if named[name].stride(-1) != 1:
@@ -326,10 +328,12 @@ def fused_deltalog_rwkv6_decode(
         ``o`` ``[B, 1, H, V]`` in ``r.dtype``.
 
     Raises:
-        TypeError: wrong dtypes, including a key or value log narrower than its activation (it must be float32 or
-            the activation's dtype, which it stores losslessly).
-        ValueError: wrong shapes, devices or layouts, a zero head size or head count, or a buffer the step writes
-            sharing memory with another argument.
+        TypeError: a non-tensor argument, wrong dtypes (including a key or value log narrower than its activation:
+            it must be float32 or the activation's dtype, which it stores losslessly), or a launch option
+            (``block_v``, ``num_warps``, ``prepare_warps``) that is neither None nor an int.
+        ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
+            head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
+            (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16).
     """
     _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)

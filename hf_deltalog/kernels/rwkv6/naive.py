@@ -33,6 +33,7 @@ from hf_deltalog.kernels.common import (
     LOG_DECAY_FLOOR,
     check_dims,
     check_floating,
+    check_log_ranks,
     check_same_dtype,
     check_step_buffers,
     later_decay_sums,
@@ -150,6 +151,7 @@ def naive_deltalog_rwkv6_materialize(base, log_decay, k_log, v_log, decay_log, l
 
     Returns a new tensor in ``base.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes.
     """
+    check_log_ranks(k_log, v_log, "v_log", "H", "H")
     B, H, _, K = k_log.shape
     V = v_log.shape[3]
     _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V)
