@@ -1205,8 +1205,15 @@ class DeltaLogCache(DynamicCache):
         """
         if self.static:  # one device step counter: generate checks the logs (_check_consistent)
             return
-        if not (self._order.begins_forward(layer_idx, call) and _called_by_a_module(layer_idx)):
+        first = self._order.layer < 0  # the first forward since the cache was built or reset
+        if not (self._order.begins_forward(layer_idx, call) or first) or not _called_by_a_module(layer_idx):
             return
+        if torch.is_inference_mode_enabled():  # one flag read per forward
+            self._inference_filled = True
+        elif self._inference_filled:  # a manual decode loop after a forward under torch.inference_mode()
+            self._leave_inference_tensors()
+        if first:
+            return  # nothing held yet: nothing to agree on
         if not self._layers_agree_on_host():
             try:
                 self._check_consistent(int(self.get_seq_length()), host_only=True)
@@ -1365,6 +1372,9 @@ class DeltaLogCache(DynamicCache):
 
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
         self._require_linear(layer_idx)
+        if self._inference_filled and not torch.is_inference_mode_enabled():
+            # the model updates the window it gets here in place: an inference tensor must be replaced first
+            self._leave_inference_tensors()
         return super().get_conv_state(layer_idx, state_idx)
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
@@ -1498,8 +1508,48 @@ class DeltaLogCache(DynamicCache):
         return all(layer.is_croppable for layer in self.layers
                    if not isinstance(layer, (DeltaLogLayer, DynamicSlidingWindowLayer, StaticSlidingWindowLayer)))
 
+    # whether a forward ran under torch.inference_mode() since the last _leave_inference_tensors (dynamic mode)
+    _inference_filled = False
+
+    def _leave_inference_tensors(self) -> None:
+        """Buffers filled under ``torch.inference_mode()`` are inference tensors, which cannot be updated in place
+        outside it (torch raises "Inplace update to inference tensor outside InferenceMode"): outside inference mode
+        every such tensor of every layer (conv states, DeltaLog buffers, attention keys and values, static mode's
+        step counter) is replaced by an ordinary copy with the same values, each buffer once (a tensor shared by
+        several layers stays shared), so a later turn under ``no_grad`` (or a ``reset()``) goes on as after a
+        ``no_grad`` turn. transformers' ``DynamicCache`` and ``StaticCache`` refuse that second turn. Addresses
+        change where copies are made (a CUDA graph captured on the old buffers must be captured again). Called when
+        ``generate`` starts and by ``reset()`` (a flag read per tensor: tens of µs for a large model), and in dynamic
+        mode at the first forward outside inference mode after one inside it; never per decode step."""
+        if torch.is_inference_mode_enabled():
+            return
+        self._inference_filled = False
+        if not any(t.is_inference() for layer in self.layers for t in _layer_tensors(layer)):
+            return
+        copies: dict[int, torch.Tensor] = {}
+
+        def ordinary(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or not t.is_inference():
+                return t
+            if id(t) not in copies:
+                copies[id(t)] = t.clone()
+            return copies[id(t)]
+
+        for layer in self.layers:
+            for name, value in list(vars(layer).items()):
+                if isinstance(value, torch.Tensor):
+                    setattr(layer, name, ordinary(value))
+                elif isinstance(value, list) and any(isinstance(t, torch.Tensor) for t in value):
+                    setattr(layer, name, [ordinary(t) for t in value])
+                elif isinstance(value, dict) and any(isinstance(t, torch.Tensor) for t in value.values()):
+                    setattr(layer, name, {key: ordinary(t) for key, t in value.items()})
+        for device, (counter, owner) in list(self._status.step_counters.items()):
+            self._status.step_counters[device] = (ordinary(counter), owner)
+
     def reset(self) -> None:
-        """Forget every token (a batch of another size may follow); buffers of an unchanged batch keep their addresses."""
+        """Forget every token (a batch of another size may follow); buffers of an unchanged batch keep their addresses
+        (not those filled under ``torch.inference_mode()`` when reset outside it: :meth:`_leave_inference_tensors`)."""
+        self._leave_inference_tensors()
         super().reset()
         self._ledger = None
         self._after_beams = False
@@ -1568,6 +1618,7 @@ class DeltaLogCache(DynamicCache):
         generate wrapper passes it on to :meth:`_check_room` and :func:`note_stopped_generate`).
         """
         self._status.check()
+        self._leave_inference_tensors()  # a turn after one under torch.inference_mode()
         held = int(self.get_seq_length())  # a device tensor for static attention layers (read before generate runs)
         self._check_consistent(held)
         if held == 0:
@@ -1641,6 +1692,17 @@ class DeltaLogCache(DynamicCache):
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         # None after a beam search, whose rows are not the returned sequences: nothing to check later
         self._ledger = consumed_ledger(self._ledger, sequences, self.batch_size, int(self.get_seq_length()))
+
+
+def _layer_tensors(layer: Any) -> list[torch.Tensor]:
+    """The tensors a cache layer holds in its attributes (directly, or in a list or a dict, such as conv states)."""
+    found = []
+    for value in vars(layer).values():
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, dict)):
+            found.extend(t for t in (value.values() if isinstance(value, dict) else value) if isinstance(t, torch.Tensor))
+    return found
 
 
 def check_layer_index(layer_idx: Any) -> None:

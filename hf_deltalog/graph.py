@@ -276,7 +276,9 @@ class GraphDecoder:
         self.pos_buf.copy_(position_ids[:, -1:] + 1)
         self.mask_buf.fill_(1)
         self.mask_buf[:, :T].copy_(mask)
-        self._prompt = input_ids
+        # a copy: the caller may reuse its prompt buffer before reading sequences() (.to() above does not copy ids
+        # already on the device); int64, as the generated tokens
+        self._prompt = input_ids.to(dtype=torch.long, copy=True)
         self._max_new = max_new_tokens
         self._steps = 1  # tokens generated (the first one by the prefill)
         return first
@@ -345,10 +347,14 @@ class GraphDecoder:
         """Prompt plus the first ``steps`` generated tokens: ``[B, T + steps]``.
 
         Raises:
-            ValueError: before :meth:`prefill`, or ``steps`` outside ``[0, tokens generated so far]``."""
+            ValueError: before :meth:`prefill`, or ``steps`` outside ``[0, tokens generated so far]``.
+            TypeError: ``steps`` is not an int (a numpy integer is)."""
         if self._prompt is None:
             raise ValueError("call prefill() before sequences()")
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= self._steps:
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
+            raise TypeError(f"steps must be an int in [0, {self._steps}] (the tokens generated so far); got {steps!r}")
+        steps = int(steps)
+        if not 0 <= steps <= self._steps:
             raise ValueError(f"steps must be an int in [0, {self._steps}] (the tokens generated so far); got {steps!r}")
         return torch.cat([self._prompt, self.tokens[:, :steps]], dim=1)
 

@@ -2103,3 +2103,44 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
     run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     assert torch.equal(torch.load(tmp_path / "out.pt"), ref)
+
+
+@pytest.mark.parametrize("family, static", [("qwen3_5", False), ("qwen3_5", True), ("kimi_linear", False)])
+def test_a_turn_after_one_under_inference_mode(family, static):
+    """A cache filled under torch.inference_mode() holds inference tensors, which torch refuses to update in place
+    outside it: the next no_grad turn failed inside the conv update, and reset() — which the error then named —
+    failed as well (43rd review). Now a later generate turn, a manual decode loop (dynamic mode) and reset() go on
+    as after a no_grad turn: tokens and logits as DynamicCache's with both turns under no_grad."""
+    model = tiny_model(family)
+    ids, new = prompt_ids(2, 5), prompt_ids(2, 2, seed=7)
+    kw = dict(max_new_tokens=3, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    ref = DynamicCache(config=model.config)
+    with torch.no_grad():
+        r1 = model.generate(ids, cache=ref, **kw)
+        r2 = model.generate(torch.cat([r1.sequences, new], 1), cache=ref, **kw)
+    cache = DeltaLogCache(model, merge_interval=3, **(dict(static=True, max_cache_len=32) if static else {}))
+    with torch.inference_mode():
+        o1 = model.generate(ids, cache=cache, **kw)
+    assert cache.deltalog_layers[0].base.is_inference()  # what the next turn meets
+    o2 = model.generate(torch.cat([o1.sequences, new], 1), cache=cache, **kw)
+    assert torch.equal(o2.sequences, r2.sequences)
+    assert max(max_abs(a, b) for a, b in zip(o2.logits, r2.logits)) <= 1e-5
+    with torch.inference_mode():
+        model.generate(ids, cache=DeltaLogCache(model), max_new_tokens=1)  # (another cache: this one holds 15)
+        cache.reorder_cache(torch.tensor([1, 0]))  # in-place work on this cache under inference_mode ...
+    cache.reset()  # ... then reset() outside it
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, cache=cache, **kw).sequences, r1.sequences)
+    if static:
+        return
+    # a manual decode loop: prefill under inference_mode, steps under no_grad
+    ours, theirs = DeltaLogCache(model, merge_interval=3), DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(ids, past_key_values=ours, use_cache=True)
+    with torch.no_grad():
+        model(ids, past_key_values=theirs, use_cache=True)
+        for step in range(4):
+            x = prompt_ids(2, 1, seed=20 + step)
+            a = model(x, past_key_values=ours, use_cache=True).logits
+            b = model(x, past_key_values=theirs, use_cache=True).logits
+            assert max_abs(a, b) <= 1e-5, step

@@ -373,6 +373,19 @@ def test_prefill_refuses_a_cache_half_filled_by_an_interrupted_forward():
     assert torch.equal(out.sequences, model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None))
 
 
+def test_sequences_keep_the_prompt_when_the_caller_reuses_its_buffer():
+    """prefill kept a reference to the caller's input_ids (when already on the model's device), so a caller that
+    refilled its prompt buffer before sequences() got the new contents as the prompt (43rd review)."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    want = ids.clone()
+    dec = GraphDecoder(model, make_cache("deltalog", model, 32), capture=False, eos_token_id=None)
+    dec.prefill(ids, max_new_tokens=3)
+    ids.fill_(0)
+    dec.step()
+    assert torch.equal(dec.sequences(2)[:, :6], want)
+
+
 def test_prefill_refuses_non_integer_input_ids():
     """Float (or bool) input_ids failed inside the embedding with torch's raw message: now a TypeError before the
     model runs, the cache left empty."""
@@ -508,9 +521,13 @@ def test_empty_prompt_and_sequences_out_of_range_are_refused():
     dec.prefill(prompt_ids(2, 6), max_new_tokens=3)
     dec.step()
     assert dec.sequences(2).shape == (2, 8)
-    for bad in (3, -1, 1.0):
+    for bad in (3, -1):
         with pytest.raises(ValueError, match=r"steps must be an int in \[0, 2\]"):
             dec.sequences(bad)
+    for bad in (1.0, True, "1"):  # a wrong type is a TypeError (it was a ValueError); a numpy integer is taken
+        with pytest.raises(TypeError, match=r"steps must be an int in \[0, 2\]"):
+            dec.sequences(bad)
+    assert torch.equal(dec.sequences(np.int64(2)), dec.sequences(2))
 
 
 def test_eos_token_id_as_a_tensor_is_accepted():
