@@ -6,7 +6,9 @@ greedy decoding. For each (family, dtype, M) it records whether the tokens are i
 the first differing token, the reference's top-two logit margin there (a near tie explains a bf16 divergence), and the
 largest relative error of the materialised state against the dense state at the end.
 
-    python eval/cache_parity.py [--new-tokens 64] [--out eval/results/cache_parity.json]
+    python eval/cache_parity.py --force [--new-tokens 64] [--out eval/results/cache_parity.json]
+
+``token_agreement`` is the share of generated tokens (prompt excluded) that are identical.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from transformers import DynamicCache
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_types import int_in, positive_int  # noqa: E402
-from utils import FAMILIES, max_abs, prompt_ids, rel_err, tiny_model  # noqa: E402
+from generate_compare import compare  # noqa: E402
+from utils import FAMILIES, prompt_ids, rel_err, tiny_model  # noqa: E402
 
 import hf_deltalog  # noqa: E402
 from hf_deltalog import DeltaLogCache  # noqa: E402
@@ -44,21 +47,13 @@ def run(family: str, dtype: torch.dtype, merge_interval: int, new_tokens: int) -
         out = model.generate(ids, cache=ours, **kw)
     state_err = max(rel_err(ours.materialize(i), dense.layers[i].recurrent_states[0])
                     for i, layer in enumerate(ours.layers) if layer in ours.deltalog_layers)
-    width = ids.shape[1]
-    first = next((t for t in range(new_tokens)
-                  if not torch.equal(out.sequences[:, width + t], ref.sequences[:, width + t])), None)
-    upto = new_tokens if first is None else first + 1
-    margin = None
-    if first is not None:  # the reference's top-1 minus top-2 logit, in the rows that differ there
-        rows = (out.sequences[:, width + first] != ref.sequences[:, width + first]).nonzero()[:, 0]
-        top2 = ref.logits[first][rows].float().topk(2, dim=-1).values
-        margin = float((top2[:, 0] - top2[:, 1]).max())
+    same = compare(out, ref, ids.shape[1], new_tokens)  # token_agreement over the generated tokens only
     return dict(family=family, dtype=str(dtype).removeprefix("torch."), merge_interval=merge_interval,
-                new_tokens=new_tokens, tokens_identical=first is None,
-                token_agreement=float((out.sequences == ref.sequences).float().mean()),
-                max_abs_logit_diff_while_tokens_agree=max(max_abs(a, b) for a, b in zip(out.logits[:upto],
-                                                                                         ref.logits[:upto])),
-                first_differing_step=first, top2_margin_at_first_difference=margin,
+                new_tokens=new_tokens, tokens_identical=same["first_differing_step"] is None,
+                token_agreement=same["token_agreement"],
+                max_abs_logit_diff_while_tokens_agree=same["max_abs_logit_diff_while_tokens_agree"],
+                first_differing_step=same["first_differing_step"],
+                top2_margin_at_first_difference=same["top2_margin_at_first_difference"],
                 final_state_rel_err=state_err)
 
 
@@ -69,7 +64,14 @@ def main() -> None:
                         help="DeltaLog M values, each in [1, 1024] (default: 1 2 3 8 16)")
     parser.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "cache_parity.json")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite --out if it exists (the default --out is the committed results file)")
     args = parser.parse_args()
+    if args.out.exists() and not args.force:
+        parser.error(f"--out {args.out} exists (the default is the committed results file): pass --force to "
+                     "overwrite it, or another --out")
+    if args.out.is_dir():
+        parser.error(f"--out {args.out} is a directory; give a file path")
     hide_fla_on_cpu("cpu")  # transformers' own models on the CPU (see hf_deltalog.interpreter)
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()

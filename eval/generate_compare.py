@@ -36,7 +36,8 @@ def compare(out, ref, prompt: int, new_tokens: int) -> dict:
     """Greedy generations ``out`` (ours) and ``ref`` (the reference; both ``generate`` outputs with logits) of
     ``new_tokens`` tokens after a ``prompt``-token prompt: the share of identical tokens, the largest |Δlogit| while the
     tokens agree (logits are comparable only while both runs have fed the same tokens: up to the first differing step),
-    the first differing step and the reference's top-1 minus top-2 logit there (largest over the rows that differ)."""
+    the first differing step and the reference's top-1 minus top-2 logit there (largest over the rows that differ).
+    ``token_agreement`` is the share of the generated tokens (not the prompt's) that are identical."""
     import torch
 
     first = next((i for i in range(new_tokens)
@@ -48,7 +49,7 @@ def compare(out, ref, prompt: int, new_tokens: int) -> dict:
         rows = (out.sequences[:, prompt + first] != ref.sequences[:, prompt + first]).nonzero()[:, 0]
         top2 = ref.logits[first][rows].float().topk(2, dim=-1).values
         margin = (top2[:, 0] - top2[:, 1]).max().item()
-    return dict(token_agreement=(out.sequences == ref.sequences).float().mean().item(),
+    return dict(token_agreement=(out.sequences[:, prompt:] == ref.sequences[:, prompt:]).float().mean().item(),
                 identical=bool(torch.equal(out.sequences, ref.sequences)),
                 max_abs_logit_diff_while_tokens_agree=dlogit, first_differing_step=first,
                 top2_margin_at_first_difference=margin)
@@ -83,3 +84,11 @@ def select_device(cpu_smoke: bool):
     if torch.cuda.is_available():
         return torch.device("cuda")
     sys.exit("no CUDA device: run with --cpu-smoke on a CPU")
+
+
+if __name__ == "__main__":  # a library module: say so instead of exiting silently
+    import sys
+
+    print(__doc__.strip() + "\n\nNothing to run here: run eval/gpu_generate_check.py or eval/gpu_generate_check_fla.py.",
+          file=sys.stderr)
+    sys.exit(0 if set(sys.argv[1:]) <= {"-h", "--help"} else 2)

@@ -101,8 +101,10 @@ def explain_difference(lm, context: str, default_records: list[dict], deltalog_r
                 default_top2_logits=la, deltalog_top2=[lm.tok_decode([t]) for t in tb], deltalog_top2_logits=lb,
                 default_margin=margin_a, deltalog_margin=margin_b, near_tie_tolerance=tol,
                 explained=bool(same_pair and margin_a <= tol and margin_b <= tol),
-                reason=f"the same two best tokens, both margins within 4 {dtype} ulps" if same_pair
-                else "different top-2 tokens")
+                reason=("different top-2 tokens" if not same_pair
+                        else f"the same two best tokens, both margins within 4 {dtype} ulps"
+                        if margin_a <= tol and margin_b <= tol
+                        else f"the same two best tokens, but a margin above 4 {dtype} ulps ({tol:.3g}): not a near tie"))
 
 
 def _choice_gap(scores: list[float]) -> float | None:
@@ -118,7 +120,7 @@ def explain_metric_flip(x: dict, y: dict, metric_keys: list[str], target_delimit
     lm-eval 0.4 normalises: the length of the choice itself, i.e. the scored continuation without the task's
     ``target_delimiter``), and whether the flip is a near tie: both gaps no larger than twice the document's largest
     per-choice |ΔLL| (so normalised) - a pick can only change when the two best choices are closer than the two runs'
-    scores can differ."""
+    scores can differ. A NaN score is never a near tie."""
     la, lb = _loglikelihoods(x), _loglikelihoods(y)
     conts = [a[1] if isinstance(a, (list, tuple)) and len(a) > 1 else "" for a in x["arguments"]]
     conts = [c[len(target_delimiter):] if target_delimiter and c.startswith(target_delimiter) else c for c in conts]
@@ -133,8 +135,9 @@ def explain_metric_flip(x: dict, y: dict, metric_keys: list[str], target_delimit
         else:
             na, nb, bound = la, lb, 2 * d
         ga, gb = _choice_gap(na), _choice_gap(nb)
+        # a NaN score makes d (and the bound) infinite: that is a broken score, never a near tie
         gaps[k] = dict(default_gap=ga, deltalog_gap=gb, bound=bound,
-                       near_tie=all(g is not None and g <= bound for g in (ga, gb)))
+                       near_tie=math.isfinite(bound) and all(g is not None and g <= bound for g in (ga, gb)))
     return dict(doc_id=x["doc_id"], metrics=flips, default_loglikelihoods=la, deltalog_loglikelihoods=lb,
                 max_abs_loglikelihood_diff=d, gaps=gaps, explained=all(g["near_tie"] for g in gaps.values()))
 
@@ -221,13 +224,17 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
                 raise
             out["skipped"][task] = f"{type(e).__name__}: {e}"
             continue
-        row = compare(lm, task, runs["default"], runs["deltalog"], records, dtype)
-        row.update(seconds=seconds, deltalog_plan=lm.cache_plan())
-        out["tasks"][task] = row
-        print(f"{Path(pretrained).name} {task}: {row['documents']} docs, metrics identical: {row['metrics_identical']}, "
-              f"identical generations: {row['generations_identical']}/{row['generations']}, max |dLL|: "
-              f"{row['max_abs_loglikelihood_diff']}, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()),
-              flush=True)
+        # a group or tag name (e.g. mmlu) runs its member tasks: lm-eval logs samples per member, so each is compared
+        for name in sorted(runs["default"]["samples"]):
+            row = compare(lm, name, runs["default"], runs["deltalog"], records, dtype)
+            row.update(seconds=seconds, deltalog_plan=lm.cache_plan())
+            if name != task:
+                row["requested_as"] = task  # the seconds are the whole group's
+            out["tasks"][name] = row
+            print(f"{Path(pretrained).name} {name}: {row['documents']} docs, metrics identical: "
+                  f"{row['metrics_identical']}, identical generations: {row['generations_identical']}/"
+                  f"{row['generations']}, max |dLL|: {row['max_abs_loglikelihood_diff']}, seconds: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()), flush=True)
         if on_task is not None:
             on_task(out)
     return out
@@ -333,6 +340,8 @@ def main(argv: list[str] | None = None) -> dict:
                              "cannot run), else 'fla'. DeltaLogCache's decode is the same either way (its backend: "
                              "--backend)")
     args = parser.parse_args(argv)
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is a file; --out names the folder for parity.json and parity.md")
 
     import torch
 

@@ -21,6 +21,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from cli_types import positive_int
+
 HERE = Path(__file__).resolve().parent
 TEXT = HERE / "data" / "tinyshakespeare.txt"
 TEXT_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -128,7 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build-tasks", help="write the local task documents from the test split")
-    b.add_argument("--docs", type=int, default=500)
+    b.add_argument("--docs", type=positive_int, default=500, help="documents to write (default 500, the committed set)")
     b.add_argument("--out", type=Path, default=TASK_DOCS)
     sub.add_parser("stats", help="print the split sizes")
     args = parser.parse_args()

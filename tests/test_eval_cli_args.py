@@ -153,6 +153,48 @@ def test_cache_parity_refuses_bad_merge_intervals(tmp_path):
     assert not (tmp_path / "parity.json").exists()
 
 
+def test_cache_parity_does_not_overwrite_results_without_force(tmp_path):
+    """The default --out is the committed results file: a partial run (one family) replaced it silently (42nd
+    review). An existing --out now needs --force."""
+    from conftest import python_script_command
+
+    out = tmp_path / "parity.json"
+    out.write_text("{}")
+    cmd = python_script_command(EVAL / "cache_parity.py", "--families", "qwen3_5", "--new-tokens", "2",
+                                "--merge-intervals", "2", "--out", out)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 2 and "exists" in run.stderr and "--force" in run.stderr, run.stderr[-2000:]
+    assert out.read_text() == "{}"
+
+
+def test_token_agreement_counts_generated_tokens_only(capsys):
+    """generate_compare.compare (and cache_parity, which now uses it) counted the prompt's tokens, identical by
+    construction, in token_agreement: every generated token differing still read 0.5 (42nd review). Its --help
+    printed nothing."""
+    from types import SimpleNamespace
+
+    compare = load("generate_compare").compare
+    prompt = torch.zeros(1, 8, dtype=torch.long)
+    logits = [torch.randn(1, 5, generator=torch.Generator().manual_seed(0))] * 8
+    ours = SimpleNamespace(sequences=torch.cat([prompt, prompt + 2], 1), logits=logits)
+    ref = SimpleNamespace(sequences=torch.cat([prompt, prompt + 1], 1), logits=logits)
+    assert compare(ours, ref, 8, 8)["token_agreement"] == 0.0
+    half = SimpleNamespace(sequences=torch.cat([prompt, prompt + 1], 1), logits=logits)
+    half.sequences[0, 12:] = 2
+    assert compare(half, ref, 8, 8)["token_agreement"] == 0.5
+    run = subprocess.run([sys.executable, str(EVAL / "generate_compare.py"), "--help"], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 0 and "gpu_generate_check.py" in run.stderr
+
+
+def test_shakespeare_build_tasks_refuses_zero_documents(tmp_path):
+    """--docs 0 wrote an empty task file without complaint."""
+    run = subprocess.run([sys.executable, str(EVAL / "shakespeare.py"), "build-tasks", "--docs", "0", "--out",
+                          str(tmp_path / "docs.jsonl")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 2 and "--docs: must be an integer of at least 1" in run.stderr
+    assert not (tmp_path / "docs.jsonl").exists()
+
+
 # ------------------------------------------------------------------------------------------- gpu_guard_check.py
 @pytest.mark.skipif(not importlib.util.find_spec("triton"), reason="the guard cases run the Triton backend")
 def test_gpu_guard_check_cpu_smoke_sets_the_interpreter_itself(tmp_path):

@@ -298,3 +298,38 @@ def test_lm_eval_cli_reads_a_config_file_below_the_command_line(tmp_path):
     assert _lm_eval_settings(["--config", str(config), "--model_args", "pretrained=ckpt/x"]) == ("ckpt/x", "cpu")
     assert _lm_eval_settings(["--config", str(config), "--model_args", "cache=deltalog"]) == (None, "cpu")
     assert _lm_eval_settings(["--help"]) == (None, None)
+
+
+def test_a_group_is_compared_task_by_task_and_out_must_be_a_folder(tmp_path, capsys):
+    """A group name (the local `shakespeare` group, like mmlu) ran both evaluations and then failed with a KeyError
+    in the comparison, writing nothing for it; an --out that is an existing file failed only after the first task
+    had been computed (42nd review)."""
+    a_file = tmp_path / "report.json"
+    a_file.write_text("{}")
+    with pytest.raises(SystemExit) as err:
+        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--out", str(a_file)])
+    assert err.value.code == 2 and "is a file; --out names the folder" in capsys.readouterr().err
+    report = lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--limit", "1", "--batch-size", "2",
+                                  "--device", "cpu", "--quiet", "--tasks", "shakespeare", "--out", str(tmp_path)])
+    tasks = report["checkpoints"][0]["tasks"]
+    assert set(tasks) == set(lm_eval_parity.DEFAULT_TASKS) and not report["checkpoints"][0]["skipped"]
+    assert all(row["requested_as"] == "shakespeare" and row["documents"] == 1 and row["metrics_identical"]
+               for row in tasks.values())
+
+
+def test_a_nan_score_is_never_an_explained_flip_and_reasons_match_the_verdict():
+    """A multiple-choice pick flipped by a NaN score was reported as an explained near tie (the NaN made the bound
+    infinite), and a differing generation whose top-2 pair matched was given the near-tie reason even when its
+    margins were far above the tolerance (42nd review)."""
+    choices = [("c", s) for s in "abcd"]
+    x = dict(doc_id=0, acc=1.0, arguments=choices, resps=[[(-1.0, False)], [(-2.0, False)], [(-3.0, False)],
+                                                             [(-4.0, False)]])
+    y = dict(x, acc=0.0, resps=[[(-1.0, False)], [(-2.0, False)], [(-3.0, False)], [(float("nan"), False)]])
+    flip = lm_eval_parity.explain_metric_flip(x, y, ["acc"], "")
+    assert flip["explained"] is False and flip["gaps"]["acc"]["near_tie"] is False
+    ctx = [ord("a"), ord("b")]
+    base = dict(context=ctx, tokens=[5, 7], top2_ids=[[5, 9], [7, 8]], top2_logits=[[10.0, 9.0], [9.0, 3.0]])
+    far = dict(context=ctx, tokens=[5, 8], top2_ids=[[5, 9], [8, 7]], top2_logits=[[10.0, 9.0], [9.0, 3.0]])
+    d = lm_eval_parity.explain_difference(_Stub(), "ab", [base], [far], "float32")
+    assert d["explained"] is False and "not a near tie" in d["reason"]
+    assert "within 4" not in d["reason"]
