@@ -194,6 +194,37 @@ def test_tpot_refuses_abbreviations_and_applies_smoke_defaults(tmp_path, capsys)
     assert tpot.parse(out).models == ["qwen3_5_35b_a3b", "kimi_linear_48b_a3b"] and not tpot.parse(out).cpu_smoke
 
 
+@pytest.mark.parametrize("option, value, accepted", [
+    ("--merge-interval", "0", "must be an integer in [1, 1024]"),  # every DeltaLog run failed, the script exited 0
+    ("--merge-interval", "5000", "must be an integer in [1, 1024]"),
+    ("--profile-steps", "-2", "must be an integer of at least 0"),  # an unrelated message
+    ("--warmup-steps", "-1", "must be an integer of at least 1"),  # accepted
+    ("--warmup-steps", "0", "must be an integer of at least 1"),  # GraphDecoder raises 0 to 1 before its capture
+    ("--prefill-chunk-tokens", "0", "must be an integer of at least 1"),  # accepted (chunks of 1 token)
+    ("--memory-fraction", "-1", "must be a number above 0 and at most 1"),  # accepted
+    ("--memory-fraction", "1.5", "must be a number above 0 and at most 1"),
+    ("--memory-fraction", "nan", "must be a number above 0 and at most 1"),
+])
+def test_tpot_validates_numeric_options(tmp_path, capsys, option, value, accepted):
+    tpot = load("tpot")
+    msg = _usage_error(capsys, tpot.parse, ["--out", str(tmp_path), option, value])
+    assert option in msg and accepted in msg and repr(value) in msg
+    a = tpot.parse(["--out", str(tmp_path), "--merge-interval", "1024", "--profile-steps", "0", "--warmup-steps", "1",
+                    "--prefill-chunk-tokens", "1", "--memory-fraction", "1"])
+    assert (a.merge_interval, a.profile_steps, a.warmup_steps, a.prefill_chunk_tokens, a.memory_fraction) == \
+        (1024, 0, 1, 1, 1.0)
+
+
+def test_cli_types_merge_interval_bound_is_the_caches():
+    """cli_types repeats hf_deltalog's bound (importing hf_deltalog at parse time would import triton too early)."""
+    load("tpot")  # puts eval/ on sys.path
+    import cli_types
+
+    from hf_deltalog.cache import MAX_MERGE_INTERVAL
+
+    assert cli_types.MAX_MERGE_INTERVAL == MAX_MERGE_INTERVAL
+
+
 def test_bench_refuses_abbreviations_and_states_the_cache_default(capsys):
     bench = load("bench_gdn_decode")
     for abbreviation in ("--cpu", "--stag"):
