@@ -23,7 +23,9 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
+from cli_types import positive_int
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 from hf_deltalog.harness import CachedHFLM  # noqa: E402
@@ -43,7 +45,8 @@ def requests(lm, docs):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--docs", type=int, default=30)
+    p.add_argument("--docs", type=positive_int, default=30,
+                   help="score the first N documents of the test split (at least 1; more than there are: all)")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", type=Path, required=True)

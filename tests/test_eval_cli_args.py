@@ -286,6 +286,42 @@ def test_gdn_report_reproduces_the_committed_summary(tmp_path, monkeypatch):
     assert (tmp_path / "gdn_decode_summary.md").read_text() == (run / "gdn_decode_summary.md").read_text()
 
 
+# ------------------------------------------------ decay_spike_precision.py, cache_host_overhead.py, bf16 control
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_decay_spike_precision_refuses_no_steps(capsys, value):
+    """--steps 0 or -3 ended in a RuntimeError of torch.cat (no decode step to concatenate)."""
+    msg = _usage_error(capsys, load("decay_spike_precision").main, ["--steps", value])
+    assert "--steps: must be an integer of at least 1" in msg
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("triton"), reason="the message for an installed triton")
+def test_decay_spike_precision_triton_without_the_interpreter_names_the_fix():
+    """`--backends triton` without TRITON_INTERPRET=1 ran the torch rows, then failed with a traceback (the kernels
+    run on CPU tensors)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(EVAL / "decay_spike_precision.py"), "--backends", "torch", "triton"],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT, check=False)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert "set TRITON_INTERPRET=1 in the environment" in run.stderr and "--backends torch" in run.stderr
+    assert run.stdout == ""  # refused before any row
+
+
+@pytest.mark.parametrize("option", ["--steps", "--repeats"])
+def test_cache_host_overhead_refuses_zero_steps_and_repeats(capsys, option):
+    """--steps 0 ended in ZeroDivisionError, --repeats 0 in statistics.StatisticsError, after the model was built."""
+    msg = _usage_error(capsys, load("cache_host_overhead").main, ["--layers", "4", option, "0"])
+    assert f"{option}: must be an integer of at least 1" in msg
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_bf16_control_refuses_no_documents(capsys, tmp_path, value):
+    """--docs 0 ended in a RuntimeError after both models loaded; --docs -1 scored all documents but the last."""
+    msg = _usage_error(capsys, load("bf16_loglikelihood_control").main,
+                       ["--docs", value, "--out", str(tmp_path / "control.json")])
+    assert "--docs: must be an integer of at least 1" in msg
+    assert not (tmp_path / "control.json").exists()
+
+
 # ------------------------------------------------------------------------------------------ GPU-only scripts
 @NO_CUDA
 @pytest.mark.parametrize("script", ["step_kernel_times.py", "stream_read_probe.py", "profile_gdn_kernel.py"])
