@@ -322,6 +322,13 @@ def test_bf16_control_refuses_no_documents(capsys, tmp_path, value):
     assert not (tmp_path / "control.json").exists()
 
 
+def test_bf16_control_median_is_the_true_median():
+    """torch.Tensor.median() returns the lower of the two middle values for an even count."""
+    control = load("bf16_loglikelihood_control")
+    assert control.median_abs(torch.tensor([1.0, -2.0, 3.0, -4.0], dtype=torch.float64)) == 2.5
+    assert control.median_abs(torch.tensor([-1.0, 5.0, 3.0])) == 3.0
+
+
 # ------------------------------------------------------------------------------------------ GPU-only scripts
 @NO_CUDA
 @pytest.mark.parametrize("script", ["step_kernel_times.py", "stream_read_probe.py", "profile_gdn_kernel.py"])
