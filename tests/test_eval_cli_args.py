@@ -329,6 +329,29 @@ def test_bf16_control_median_is_the_true_median():
     assert control.median_abs(torch.tensor([-1.0, 5.0, 3.0])) == 3.0
 
 
+# ------------------------------------------------------------------------------- stagger_tables.py, tpot_report.py
+def test_stagger_tables_refuses_a_wrong_root(tmp_path, capsys):
+    """A --root without the committed measurements ended in FileNotFoundError."""
+    tables = load("stagger_tables")
+    msg = _usage_error(capsys, tables.main, ["--root", str(tmp_path)])
+    assert f"--root {tmp_path}: not the H200 results folder" in msg
+    assert "round47/stagger/gdn/bench_gdn_decode.json" in msg
+    tables.main([])  # the committed results
+    assert "| gdn | 8 | 4 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, why", [(None, "no such file"), ("not json", "not readable as JSON"),
+                                          ('{"rows": []}', "JSON without eval/tpot.py's 'meta' and 'runs'")])
+def test_tpot_report_refuses_what_is_not_a_tpot_json(tmp_path, capsys, content, why):
+    """A missing file, or one that is not a tpot.json, ended in a traceback (FileNotFoundError, JSONDecodeError,
+    KeyError)."""
+    path = tmp_path / "tpot.json"
+    if content is not None:
+        path.write_text(content)
+    msg = _usage_error(capsys, load("tpot_report").main, [str(path)])
+    assert f"{path}: {why}" in msg and "expected a tpot.json written by eval/tpot.py" in msg
+
+
 # ------------------------------------------------------------------------------------------ GPU-only scripts
 @NO_CUDA
 @pytest.mark.parametrize("script", ["step_kernel_times.py", "stream_read_probe.py", "profile_gdn_kernel.py"])
