@@ -366,7 +366,7 @@ def hide_fla() -> None:
     sys.modules["fla"] = None  # `import fla` raises ImportError; transformers' availability check says False
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train one checkpoint")
@@ -407,7 +407,22 @@ def main() -> None:
                         "eval/results/h200/lm_eval_parity/train_logs/), yes for rwkv6 (an FLA model)")
     p = sub.add_parser("plot", help="draw loss_curve.png from a checkpoint's training_log.json")
     p.add_argument("dir", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.command == "plot" and not (args.dir / "training_log.json").is_file():
+        p.error(f"{args.dir}: no training_log.json there; plot takes a checkpoint folder written by `train` (e.g. "
+                "eval/checkpoints/gdn-shakespeare)")
+    if args.command == "train":
+        try:
+            device = torch.device(args.device)
+        except RuntimeError as e:
+            t.error(f"--device {args.device}: not a torch device ({e}); use cpu or cuda (cuda:N)")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            t.error(f"--device {args.device}: no CUDA device here (torch.cuda.is_available() is False); use "
+                    "--device cpu")
+        missing = [n for n in ("config.json", "training_log.json", "tokenizer.json")
+                   if args.init is not None and not (args.init / n).is_file()]
+        if missing:
+            t.error(f"--init {args.init}: not a checkpoint folder this script wrote (no {', '.join(missing)} there)")
     if args.command == "train" and (args.fla == "no" or (args.fla == "auto" and args.model != "rwkv6")):
         if args.model == "rwkv6":
             raise SystemExit("--model rwkv6 is flash-linear-attention's model: it cannot train with --fla no")

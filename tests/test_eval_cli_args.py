@@ -94,6 +94,27 @@ def test_train_tiny_validates_numeric_arguments(train_tiny, capsys, tmp_path, op
     assert train_tiny.calls == []
 
 
+def test_train_tiny_refuses_a_missing_init_checkpoint(train_tiny, capsys, tmp_path):
+    """`--init /nonexistent` ended in FileNotFoundError after the tokenizer was trained."""
+    msg = _usage_error(capsys, train_tiny.run, "--out", str(tmp_path / "new"), "--init", str(tmp_path / "nonexistent"))
+    assert "--init" in msg and "not a checkpoint folder this script wrote" in msg and "training_log.json" in msg
+    assert train_tiny.calls == []
+
+
+def test_train_tiny_plot_refuses_a_folder_without_a_training_log(train_tiny, capsys, tmp_path):
+    """`plot /nonexistent` ended in FileNotFoundError."""
+    msg = _usage_error(capsys, train_tiny.main, ["plot", str(tmp_path / "nonexistent")])
+    assert "no training_log.json there" in msg and "checkpoint folder written by `train`" in msg
+
+
+@NO_CUDA
+def test_train_tiny_refuses_cuda_without_a_gpu(train_tiny, capsys, tmp_path):
+    """`--device cuda` on a machine without CUDA failed inside torch after the tokenizer was trained."""
+    msg = _usage_error(capsys, train_tiny.run, "--out", str(tmp_path / "new"), "--device", "cuda")
+    assert "--device cuda: no CUDA device" in msg and "--device cpu" in msg
+    assert train_tiny.calls == []
+
+
 # ------------------------------------------------------------------------------- lm_eval_parity.py, cache_parity.py
 @pytest.fixture
 def parity(monkeypatch):
