@@ -16,7 +16,8 @@ device, time) and `loss_curve.png` (when matplotlib is installed; otherwise draw
     python eval/train_tiny.py plot eval/checkpoints/gdn-shakespeare                # PNG from training_log.json
 
 An output folder that already holds a checkpoint (the committed ones under eval/checkpoints/ included) is refused
-unless `--force` is given; `--smoke` without `--out` writes to a new temporary folder.
+unless `--force` is given; `--smoke` without `--out` writes to a new temporary folder. `--smoke` sets the defaults of
+the size options (`SMOKE`); those given explicitly win (`--smoke --max-steps 8`: 8 steps).
 
 The RWKV6 model is flash-linear-attention's (`fla.models.RWKV6ForCausalLM`; the package must be installed). By
 default (`--rwkv6-kernels torch`) it trains and is scored through FLA's own PyTorch references of its Triton ops (the
@@ -57,6 +58,9 @@ MODELS = ("gdn", "kda", "rwkv6")
 VOCAB = 2048
 HIDDEN = 256
 LAYERS = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+# --smoke's defaults (options given explicitly win)
+SMOKE = {"max_steps": 4, "batch_size": 2, "seq_len": 64, "eval_every": 2, "log_every": 1, "warmup": 2, "val_windows": 2,
+         "test_tokens": 256}
 
 
 def model_config(name: str, tokenizer) -> transformers.PretrainedConfig:
@@ -396,7 +400,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="score only the first N test tokens (default: all)")
     t.add_argument("--init", type=Path, default=None,
                    help="continue from a checkpoint this script wrote (its curve is kept; a new warmup and decay)")
-    t.add_argument("--smoke", action="store_true", help="a few tiny steps (CPU tests): 4 steps of batch 2 x 64")
+    t.add_argument("--smoke", action="store_true",
+                   help="a few tiny steps (CPU tests): the defaults become " + " ".join(
+                       f"--{k.replace('_', '-')} {v}" for k, v in SMOKE.items()) + " (4 steps of batch 2 x 64); "
+                   "options given explicitly win")
     t.add_argument("--rwkv6-kernels", choices=("torch", "fla"), default="torch",
                    help="rwkv6 only: FLA's PyTorch references (torch, the default) or its Triton kernels (fla); "
                         "see the module docstring")
@@ -407,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
                         "eval/results/h200/lm_eval_parity/train_logs/), yes for rwkv6 (an FLA model)")
     p = sub.add_parser("plot", help="draw loss_curve.png from a checkpoint's training_log.json")
     p.add_argument("dir", type=Path)
+    if getattr(parser.parse_known_args(argv)[0], "smoke", False):  # smoke defaults; explicit options still win
+        t.set_defaults(**SMOKE)
     args = parser.parse_args(argv)
     if args.command == "plot" and not (args.dir / "training_log.json").is_file():
         p.error(f"{args.dir}: no training_log.json there; plot takes a checkpoint folder written by `train` (e.g. "
@@ -434,9 +443,6 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.batch_size is None:
         args.batch_size = 64 if args.device.startswith("cuda") else 16
-    if args.smoke:
-        args.max_steps, args.batch_size, args.seq_len, args.eval_every, args.log_every = 4, 2, 64, 2, 1
-        args.warmup, args.val_windows, args.test_tokens = 2, 2, 256
     if args.out is None and args.smoke:  # never the committed checkpoint: a smoke run's weights are not a checkpoint
         import tempfile
 

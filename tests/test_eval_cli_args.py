@@ -115,6 +115,19 @@ def test_train_tiny_refuses_cuda_without_a_gpu(train_tiny, capsys, tmp_path):
     assert train_tiny.calls == []
 
 
+def test_train_tiny_smoke_lets_explicit_options_win(train_tiny, capsys, tmp_path):
+    """`--smoke` overwrote an explicit --max-steps or --batch-size with its own values (tpot's --cpu-smoke does not)."""
+    args = train_tiny.run("--smoke", "--out", str(tmp_path / "a"), "--max-steps", "7", "--batch-size", "3")
+    assert (args.max_steps, args.batch_size, args.seq_len, args.test_tokens) == (7, 3, 64, 256)  # the rest: smoke's
+    args = train_tiny.run("--smoke", "--out", str(tmp_path / "b"))
+    assert (args.max_steps, args.batch_size) == (4, 2)
+    args = train_tiny.run("--out", str(tmp_path / "c"), "--max-steps", "7")  # no --smoke: no smoke defaults
+    assert (args.max_steps, args.batch_size, args.seq_len) == (7, 16, 256)
+    with pytest.raises(SystemExit):
+        train_tiny.main(["train", "--help"])
+    assert "options given explicitly win" in " ".join(capsys.readouterr().out.split())
+
+
 # ------------------------------------------------------------------------------- lm_eval_parity.py, cache_parity.py
 @pytest.fixture
 def parity(monkeypatch):
