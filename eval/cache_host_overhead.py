@@ -26,12 +26,16 @@ import time
 import timeit
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_types import positive_int
+
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=48)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--steps", type=positive_int, default=30, help="decode steps per timed run (at least 1)")
+    p.add_argument("--repeats", type=positive_int, default=7,
+                   help="timed runs of each kind, interleaved (at least 1)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     if a.layers < 4 or a.layers % 4:

@@ -22,6 +22,7 @@ their ratio. Fixed seeds; CPU; a few seconds (the Triton kernels need ``TRITON_I
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -29,7 +30,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cli_types import positive_int
+
+from hf_deltalog.interpreter import interpreting
 from hf_deltalog.kernels.gdn import naive_deltalog_gdn_decode, naive_recurrent_gated_delta_rule  # noqa: E402
 from hf_deltalog.kernels.kda import naive_deltalog_kda_decode, naive_recurrent_kda  # noqa: E402
 from hf_deltalog.kernels.rwkv6 import naive_deltalog_rwkv6_decode, naive_recurrent_rwkv6  # noqa: E402
@@ -100,11 +105,18 @@ def run(op: str, kind: str, T: int, seed: int = 0, backend: str = "torch") -> di
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=48)
+    p.add_argument("--steps", type=positive_int, default=48, help="decode steps per row (at least 1)")
     p.add_argument("--backends", nargs="+", default=["torch"], choices=["torch", "triton"],
                    help="triton: the Triton kernels too (on a CPU under TRITON_INTERPRET=1: a minute or two)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
+    if "triton" in a.backends:  # the kernels run on CPU tensors: only Triton's interpreter runs them there
+        if importlib.util.find_spec("triton") is None:
+            p.error("--backends triton needs triton installed; use --backends torch without it")
+        if not interpreting():
+            p.error("--backends triton runs the Triton kernels on the CPU, which needs Triton's interpreter: set "
+                    "TRITON_INTERPRET=1 in the environment before Python starts (TRITON_INTERPRET=1 python "
+                    "eval/decay_spike_precision.py --backends torch triton), or use --backends torch")
     rows = [run(op, kind, a.steps, backend=be) for be in a.backends for op in ("gdn", "kda", "rwkv6")
             for kind in ("smooth", "spiky")]
     print("| backend | operator | decays | dense fp32 error | DeltaLog fp32 error | ratio |\n|---|---|---|---|---|---|")

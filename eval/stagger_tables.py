@@ -21,13 +21,17 @@ from pathlib import Path
 OPS = ("gdn", "kda", "rwkv6")
 
 
+def _ab_files(root: Path) -> list[Path]:
+    """The kernel A/B runs: round 47's, round 49's (M = 8 and M = 16)."""
+    files = [root / "round47" / "stagger" / op / f"bench_{op}_decode.json" for op in OPS]
+    return files + [root / "round49" / "ab" / name / f"bench_{op}_decode.json"
+                    for op in OPS for name in (op, f"{op}_m16")]
+
+
 def ab_table(root: Path) -> str:
     lines = ["| operator | B | M | aligned µs (two runs) | staggered µs | change |", "|---|---|---|---|---|---|"]
-    files = [root / "round47" / "stagger" / op / f"bench_{op}_decode.json" for op in OPS]
-    files += [root / "round49" / "ab" / name / f"bench_{name.split('_')[0]}_decode.json"
-              for op in OPS for name in (op, f"{op}_m16")]
     points = {}
-    for f in files:
+    for f in _ab_files(root):
         op = f.parent.name.split("_")[0]
         for t in json.loads(f.read_text())["tune"]:
             kind = "staggered" if t["options"].get("_stagger") else "aligned"
@@ -110,10 +114,22 @@ def full_tables(root: Path) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
+def source_files(root: Path) -> list[Path]:
+    """The committed JSONs the three tables read, under ``root``."""
+    files = _ab_files(root) + [root / rnd / folder / "tpot.json" for rnd, folder in TPOT_AB]
+    files += [root / "round48" / "full" / op / f"bench_{op}_decode.json" for op in OPS]
+    return files + [root / "round49" / "full" / "rwkv6" / "bench_rwkv6_decode.json"]
+
+
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--root", type=Path, default=Path(__file__).parent / "results" / "h200")
-    a = p.parse_args()
+    p.add_argument("--root", type=Path, default=Path(__file__).parent / "results" / "h200",
+                   help="the H200 results folder holding round47/ ... round53/ (default: eval/results/h200)")
+    a = p.parse_args(argv)
+    missing = [str(f.relative_to(a.root)) for f in source_files(a.root) if not f.is_file()]
+    if missing:
+        p.error(f"--root {a.root}: not the H200 results folder (expected round47/ ... round53/ with the "
+                f"staggered-merge measurements); missing {len(missing)} of its files, e.g. {', '.join(missing[:3])}")
     print(ab_table(a.root), "", tpot_ab_table(a.root), "", full_tables(a.root), sep="\n")
 
 

@@ -41,6 +41,9 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_types import deltalog_merge_interval, fraction, non_negative_int, positive_int
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "eval" / "configs"
 GIB = 1 << 30
@@ -83,8 +86,11 @@ def parse(argv=None):
                    help="new tokens per eager generate call (default: --new-tokens); eager steps are slow")
     p.add_argument("--repeats", type=int, default=3, help="graph: timed blocks of --new-tokens steps; eager: calls")
     p.add_argument("--eager-repeats", type=int, default=1)
-    p.add_argument("--warmup-steps", type=int, default=2)
-    p.add_argument("--profile-steps", type=int, default=8, help="eager-launched steps profiled per graph run (0: off)")
+    p.add_argument("--warmup-steps", type=positive_int, default=2,
+                   help="graph mode: eager decode steps before the CUDA-graph capture (at least 1: GraphDecoder runs "
+                        "one before it captures)")
+    p.add_argument("--profile-steps", type=non_negative_int, default=8,
+                   help="eager-launched steps profiled per graph run (0: off)")
     p.add_argument("--record-margins", action="store_true",
                    help="graph mode: keep every step's top-2 logit gap and report it where the caches' tokens part "
                         "(one topk per step inside both graphs; off by default so the timed step is the plain one)")
@@ -99,12 +105,14 @@ def parse(argv=None):
     p.add_argument("--staggered-first", action="store_true",
                    help="with --staggered-batch-sizes: run the staggered DeltaLogCache before the default one (the "
                         "order of the two, swapped between two runs, should not matter)")
-    p.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: the cache's policy)")
-    p.add_argument("--prefill-chunk-tokens", type=int, default=65536,
+    p.add_argument("--merge-interval", type=deltalog_merge_interval, default=None,
+                   help="DeltaLog M, 1 to 1024 (default: the cache's policy)")
+    p.add_argument("--prefill-chunk-tokens", type=positive_int, default=65536,
                    help="prefill in time chunks of at most this many tokens over the batch (activation memory)")
     p.add_argument("--time-budget-s", type=float, default=None,
                    help="skip runs whose estimate would overrun this wall time (results so far are kept)")
-    p.add_argument("--memory-fraction", type=float, default=0.92, help="of the GPU memory the plan may use")
+    p.add_argument("--memory-fraction", type=fraction, default=0.92,
+                   help="of the GPU memory the plan may use (above 0, at most 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny fp32 model on the CPU, B in {1, 2}, 8-token prompts: checks the script end to end")
@@ -655,8 +663,16 @@ def main(argv=None):
     results.data["meta"]["wall_s"] = round(time.perf_counter() - t_start, 1)
     results.write()
     print(f"wrote {a.out / 'tpot.json'} and tpot.csv ({time.perf_counter() - t_start:.0f}s)")
-    if results.data["skipped"] and not results.data["runs"]:
-        sys.exit(f"every run failed ({len(results.data['skipped'])}; the reasons are in {a.out / 'tpot.json'})")
+    # A run that failed (an error, out of memory) fails the script, after what succeeded was written, as does a
+    # script that measured nothing; runs the time budget skipped alone do not.
+    failed = [s for s in results.data["skipped"] if s["reason"] != "time budget"]
+    if not results.data["runs"]:
+        failed, what = results.data["skipped"], "no run completed"
+    else:
+        what = f"{len(failed)} of the requested runs failed"
+    if failed:
+        sys.exit(f"{what}; the reasons are in {a.out / 'tpot.json'}:\n" + "\n".join(
+            f"  {s['model']} {s['mode']} {s['cache']} B={s['batch']}: {s['reason'][:200]}" for s in failed))
     return results.data
 
 

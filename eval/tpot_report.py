@@ -167,10 +167,28 @@ def plot_state_share(data, path=None):
     return _finish(fig, path)
 
 
+def _not_tpot_results(path: Path) -> str | None:
+    """Why ``path`` is not a ``tpot.json`` written by ``eval/tpot.py`` (None: it is one)."""
+    if not path.is_file():
+        return "no such file" if not path.exists() else "not a file"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"not readable as JSON ({e})"
+    if not (isinstance(data, dict) and isinstance(data.get("meta"), dict) and isinstance(data.get("runs"), list)):
+        keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+        return f"JSON without eval/tpot.py's 'meta' and 'runs' (it holds {keys})"
+    return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, nargs="+", help="tpot.json file(s) written by eval/tpot.py")
     a = p.parse_args(argv)
+    for path in a.results:
+        why = _not_tpot_results(path)
+        if why:
+            p.error(f"{path}: {why}; expected a tpot.json written by eval/tpot.py")
     import matplotlib
 
     matplotlib.use("Agg")

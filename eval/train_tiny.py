@@ -16,7 +16,8 @@ device, time) and `loss_curve.png` (when matplotlib is installed; otherwise draw
     python eval/train_tiny.py plot eval/checkpoints/gdn-shakespeare                # PNG from training_log.json
 
 An output folder that already holds a checkpoint (the committed ones under eval/checkpoints/ included) is refused
-unless `--force` is given; `--smoke` without `--out` writes to a new temporary folder.
+unless `--force` is given; `--smoke` without `--out` writes to a new temporary folder. `--smoke` sets the defaults of
+the size options (`SMOKE`); those given explicitly win (`--smoke --max-steps 8`: 8 steps).
 
 The RWKV6 model is flash-linear-attention's (`fla.models.RWKV6ForCausalLM`; the package must be installed). By
 default (`--rwkv6-kernels torch`) it trains and is scored through FLA's own PyTorch references of its Triton ops (the
@@ -57,6 +58,9 @@ MODELS = ("gdn", "kda", "rwkv6")
 VOCAB = 2048
 HIDDEN = 256
 LAYERS = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+# --smoke's defaults (options given explicitly win)
+SMOKE = {"max_steps": 4, "batch_size": 2, "seq_len": 64, "eval_every": 2, "log_every": 1, "warmup": 2, "val_windows": 2,
+         "test_tokens": 256}
 
 
 def model_config(name: str, tokenizer) -> transformers.PretrainedConfig:
@@ -366,7 +370,7 @@ def hide_fla() -> None:
     sys.modules["fla"] = None  # `import fla` raises ImportError; transformers' availability check says False
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train one checkpoint")
@@ -396,7 +400,10 @@ def main() -> None:
                    help="score only the first N test tokens (default: all)")
     t.add_argument("--init", type=Path, default=None,
                    help="continue from a checkpoint this script wrote (its curve is kept; a new warmup and decay)")
-    t.add_argument("--smoke", action="store_true", help="a few tiny steps (CPU tests): 4 steps of batch 2 x 64")
+    t.add_argument("--smoke", action="store_true",
+                   help="a few tiny steps (CPU tests): the defaults become " + " ".join(
+                       f"--{k.replace('_', '-')} {v}" for k, v in SMOKE.items()) + " (4 steps of batch 2 x 64); "
+                   "options given explicitly win")
     t.add_argument("--rwkv6-kernels", choices=("torch", "fla"), default="torch",
                    help="rwkv6 only: FLA's PyTorch references (torch, the default) or its Triton kernels (fla); "
                         "see the module docstring")
@@ -407,7 +414,24 @@ def main() -> None:
                         "eval/results/h200/lm_eval_parity/train_logs/), yes for rwkv6 (an FLA model)")
     p = sub.add_parser("plot", help="draw loss_curve.png from a checkpoint's training_log.json")
     p.add_argument("dir", type=Path)
-    args = parser.parse_args()
+    if getattr(parser.parse_known_args(argv)[0], "smoke", False):  # smoke defaults; explicit options still win
+        t.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
+    if args.command == "plot" and not (args.dir / "training_log.json").is_file():
+        p.error(f"{args.dir}: no training_log.json there; plot takes a checkpoint folder written by `train` (e.g. "
+                "eval/checkpoints/gdn-shakespeare)")
+    if args.command == "train":
+        try:
+            device = torch.device(args.device)
+        except RuntimeError as e:
+            t.error(f"--device {args.device}: not a torch device ({e}); use cpu or cuda (cuda:N)")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            t.error(f"--device {args.device}: no CUDA device here (torch.cuda.is_available() is False); use "
+                    "--device cpu")
+        missing = [n for n in ("config.json", "training_log.json", "tokenizer.json")
+                   if args.init is not None and not (args.init / n).is_file()]
+        if missing:
+            t.error(f"--init {args.init}: not a checkpoint folder this script wrote (no {', '.join(missing)} there)")
     if args.command == "train" and (args.fla == "no" or (args.fla == "auto" and args.model != "rwkv6")):
         if args.model == "rwkv6":
             raise SystemExit("--model rwkv6 is flash-linear-attention's model: it cannot train with --fla no")
@@ -419,9 +443,6 @@ def main() -> None:
         return
     if args.batch_size is None:
         args.batch_size = 64 if args.device.startswith("cuda") else 16
-    if args.smoke:
-        args.max_steps, args.batch_size, args.seq_len, args.eval_every, args.log_every = 4, 2, 64, 2, 1
-        args.warmup, args.val_windows, args.test_tokens = 2, 2, 256
     if args.out is None and args.smoke:  # never the committed checkpoint: a smoke run's weights are not a checkpoint
         import tempfile
 

@@ -63,6 +63,21 @@ class ForceTokens(LogitsProcessor):
         return forced.scatter_(1, self.tokens[:, step:step + 1], 0.0)
 
 
+def _check_batch_size(value: Any) -> int:
+    """``value`` (HFLM's ``batch_size``: an int, or a string of one as lm-eval's command line passes it) as an int of
+    at least 1. HFLM takes 0 or a negative size and then scores every request in one batch; "auto" varies the
+    batches, which the two caches must share."""
+    text = str(value).strip()
+    if text.startswith("auto"):
+        raise ValueError("CachedHFLM needs a fixed integer batch_size (the two caches must see the same batches); got "
+                         f"{value!r}")
+    signed = text[1:] if text[:1] in "+-" else text
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (signed.isascii() and signed.isdigit()) \
+            or int(text) < 1:
+        raise ValueError(f"CachedHFLM needs a fixed integer batch_size of at least 1; got {value!r}")
+    return int(text)
+
+
 @register_model("hf-cached")
 class CachedHFLM(HFLM):
     """lm-eval's `HFLM` with every request decoded through a fresh cache per `generate` call (see the module doc).
@@ -76,8 +91,8 @@ class CachedHFLM(HFLM):
     Raises:
         ValueError: an unknown `cache` or `deltalog_backend` (or a DeltaLog backend passed as HFLM's `backend`),
             `deltalog_backend="triton"` for a model not on CUDA (without `TRITON_INTERPRET=1`), a `merge_interval`
-            outside [1, 1024], a `record_generations` that is not true/false, a seq2seq model, or
-            `batch_size="auto"` (parity needs fixed batches).
+            outside [1, 1024], a `record_generations` that is not true/false, a seq2seq model, or a `batch_size`
+            that is not an integer of at least 1 (`"auto"` included: parity needs fixed batches).
         TypeError: a `merge_interval` that is not an integer (or a string of one, as lm-eval's model_args pass it).
     """
 
@@ -102,11 +117,10 @@ class CachedHFLM(HFLM):
                 else text
         # checked before the model loads, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
         merge_interval = _check_merge_interval(merge_interval, None)
+        kwargs["batch_size"] = _check_batch_size(kwargs.get("batch_size", 1))  # before the model loads too
         super().__init__(pretrained=pretrained, **kwargs)
         if self.backend != "causal":
             raise ValueError(f"CachedHFLM supports decoder-only (causal) models; got backend {self.backend!r}")
-        if str(self.batch_size).startswith("auto"):
-            raise ValueError("CachedHFLM needs a fixed integer batch_size (the two caches must see the same batches)")
         self.cache = cache
         self.merge_interval = merge_interval
         if deltalog_backend == "triton" and self.model.device.type != "cuda" and not interpreting():

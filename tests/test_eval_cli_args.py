@@ -94,6 +94,40 @@ def test_train_tiny_validates_numeric_arguments(train_tiny, capsys, tmp_path, op
     assert train_tiny.calls == []
 
 
+def test_train_tiny_refuses_a_missing_init_checkpoint(train_tiny, capsys, tmp_path):
+    """`--init /nonexistent` ended in FileNotFoundError after the tokenizer was trained."""
+    msg = _usage_error(capsys, train_tiny.run, "--out", str(tmp_path / "new"), "--init", str(tmp_path / "nonexistent"))
+    assert "--init" in msg and "not a checkpoint folder this script wrote" in msg and "training_log.json" in msg
+    assert train_tiny.calls == []
+
+
+def test_train_tiny_plot_refuses_a_folder_without_a_training_log(train_tiny, capsys, tmp_path):
+    """`plot /nonexistent` ended in FileNotFoundError."""
+    msg = _usage_error(capsys, train_tiny.main, ["plot", str(tmp_path / "nonexistent")])
+    assert "no training_log.json there" in msg and "checkpoint folder written by `train`" in msg
+
+
+@NO_CUDA
+def test_train_tiny_refuses_cuda_without_a_gpu(train_tiny, capsys, tmp_path):
+    """`--device cuda` on a machine without CUDA failed inside torch after the tokenizer was trained."""
+    msg = _usage_error(capsys, train_tiny.run, "--out", str(tmp_path / "new"), "--device", "cuda")
+    assert "--device cuda: no CUDA device" in msg and "--device cpu" in msg
+    assert train_tiny.calls == []
+
+
+def test_train_tiny_smoke_lets_explicit_options_win(train_tiny, capsys, tmp_path):
+    """`--smoke` overwrote an explicit --max-steps or --batch-size with its own values (tpot's --cpu-smoke does not)."""
+    args = train_tiny.run("--smoke", "--out", str(tmp_path / "a"), "--max-steps", "7", "--batch-size", "3")
+    assert (args.max_steps, args.batch_size, args.seq_len, args.test_tokens) == (7, 3, 64, 256)  # the rest: smoke's
+    args = train_tiny.run("--smoke", "--out", str(tmp_path / "b"))
+    assert (args.max_steps, args.batch_size) == (4, 2)
+    args = train_tiny.run("--out", str(tmp_path / "c"), "--max-steps", "7")  # no --smoke: no smoke defaults
+    assert (args.max_steps, args.batch_size, args.seq_len) == (7, 16, 256)
+    with pytest.raises(SystemExit):
+        train_tiny.main(["train", "--help"])
+    assert "options given explicitly win" in " ".join(capsys.readouterr().out.split())
+
+
 # ------------------------------------------------------------------------------- lm_eval_parity.py, cache_parity.py
 @pytest.fixture
 def parity(monkeypatch):
@@ -236,6 +270,37 @@ def test_tpot_refuses_abbreviations_and_applies_smoke_defaults(tmp_path, capsys)
     assert tpot.parse(out).models == ["qwen3_5_35b_a3b", "kimi_linear_48b_a3b"] and not tpot.parse(out).cpu_smoke
 
 
+@pytest.mark.parametrize("option, value, accepted", [
+    ("--merge-interval", "0", "must be an integer in [1, 1024]"),  # every DeltaLog run failed, the script exited 0
+    ("--merge-interval", "5000", "must be an integer in [1, 1024]"),
+    ("--profile-steps", "-2", "must be an integer of at least 0"),  # an unrelated message
+    ("--warmup-steps", "-1", "must be an integer of at least 1"),  # accepted
+    ("--warmup-steps", "0", "must be an integer of at least 1"),  # GraphDecoder raises 0 to 1 before its capture
+    ("--prefill-chunk-tokens", "0", "must be an integer of at least 1"),  # accepted (chunks of 1 token)
+    ("--memory-fraction", "-1", "must be a number above 0 and at most 1"),  # accepted
+    ("--memory-fraction", "1.5", "must be a number above 0 and at most 1"),
+    ("--memory-fraction", "nan", "must be a number above 0 and at most 1"),
+])
+def test_tpot_validates_numeric_options(tmp_path, capsys, option, value, accepted):
+    tpot = load("tpot")
+    msg = _usage_error(capsys, tpot.parse, ["--out", str(tmp_path), option, value])
+    assert option in msg and accepted in msg and repr(value) in msg
+    a = tpot.parse(["--out", str(tmp_path), "--merge-interval", "1024", "--profile-steps", "0", "--warmup-steps", "1",
+                    "--prefill-chunk-tokens", "1", "--memory-fraction", "1"])
+    assert (a.merge_interval, a.profile_steps, a.warmup_steps, a.prefill_chunk_tokens, a.memory_fraction) == \
+        (1024, 0, 1, 1, 1.0)
+
+
+def test_cli_types_merge_interval_bound_is_the_caches():
+    """cli_types repeats hf_deltalog's bound (importing hf_deltalog at parse time would import triton too early)."""
+    load("tpot")  # puts eval/ on sys.path
+    import cli_types
+
+    from hf_deltalog.cache import MAX_MERGE_INTERVAL
+
+    assert cli_types.MAX_MERGE_INTERVAL == MAX_MERGE_INTERVAL
+
+
 def test_bench_refuses_abbreviations_and_states_the_cache_default(capsys):
     bench = load("bench_gdn_decode")
     for abbreviation in ("--cpu", "--stag"):
@@ -295,6 +360,72 @@ def test_gdn_report_reproduces_the_committed_summary(tmp_path, monkeypatch):
     run = ROOT / "eval" / "results" / "h200" / "round18" / "full" / "gdn"
     _gdn_report(monkeypatch, run / "bench_gdn_decode.json", "--out", tmp_path)
     assert (tmp_path / "gdn_decode_summary.md").read_text() == (run / "gdn_decode_summary.md").read_text()
+
+
+# ------------------------------------------------ decay_spike_precision.py, cache_host_overhead.py, bf16 control
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_decay_spike_precision_refuses_no_steps(capsys, value):
+    """--steps 0 or -3 ended in a RuntimeError of torch.cat (no decode step to concatenate)."""
+    msg = _usage_error(capsys, load("decay_spike_precision").main, ["--steps", value])
+    assert "--steps: must be an integer of at least 1" in msg
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("triton"), reason="the message for an installed triton")
+def test_decay_spike_precision_triton_without_the_interpreter_names_the_fix():
+    """`--backends triton` without TRITON_INTERPRET=1 ran the torch rows, then failed with a traceback (the kernels
+    run on CPU tensors)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(EVAL / "decay_spike_precision.py"), "--backends", "torch", "triton"],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT, check=False)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert "set TRITON_INTERPRET=1 in the environment" in run.stderr and "--backends torch" in run.stderr
+    assert run.stdout == ""  # refused before any row
+
+
+@pytest.mark.parametrize("option", ["--steps", "--repeats"])
+def test_cache_host_overhead_refuses_zero_steps_and_repeats(capsys, option):
+    """--steps 0 ended in ZeroDivisionError, --repeats 0 in statistics.StatisticsError, after the model was built."""
+    msg = _usage_error(capsys, load("cache_host_overhead").main, ["--layers", "4", option, "0"])
+    assert f"{option}: must be an integer of at least 1" in msg
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_bf16_control_refuses_no_documents(capsys, tmp_path, value):
+    """--docs 0 ended in a RuntimeError after both models loaded; --docs -1 scored all documents but the last."""
+    msg = _usage_error(capsys, load("bf16_loglikelihood_control").main,
+                       ["--docs", value, "--out", str(tmp_path / "control.json")])
+    assert "--docs: must be an integer of at least 1" in msg
+    assert not (tmp_path / "control.json").exists()
+
+
+def test_bf16_control_median_is_the_true_median():
+    """torch.Tensor.median() returns the lower of the two middle values for an even count."""
+    control = load("bf16_loglikelihood_control")
+    assert control.median_abs(torch.tensor([1.0, -2.0, 3.0, -4.0], dtype=torch.float64)) == 2.5
+    assert control.median_abs(torch.tensor([-1.0, 5.0, 3.0])) == 3.0
+
+
+# ------------------------------------------------------------------------------- stagger_tables.py, tpot_report.py
+def test_stagger_tables_refuses_a_wrong_root(tmp_path, capsys):
+    """A --root without the committed measurements ended in FileNotFoundError."""
+    tables = load("stagger_tables")
+    msg = _usage_error(capsys, tables.main, ["--root", str(tmp_path)])
+    assert f"--root {tmp_path}: not the H200 results folder" in msg
+    assert "round47/stagger/gdn/bench_gdn_decode.json" in msg
+    tables.main([])  # the committed results
+    assert "| gdn | 8 | 4 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, why", [(None, "no such file"), ("not json", "not readable as JSON"),
+                                          ('{"rows": []}', "JSON without eval/tpot.py's 'meta' and 'runs'")])
+def test_tpot_report_refuses_what_is_not_a_tpot_json(tmp_path, capsys, content, why):
+    """A missing file, or one that is not a tpot.json, ended in a traceback (FileNotFoundError, JSONDecodeError,
+    KeyError)."""
+    path = tmp_path / "tpot.json"
+    if content is not None:
+        path.write_text(content)
+    msg = _usage_error(capsys, load("tpot_report").main, [str(path)])
+    assert f"{path}: {why}" in msg and "expected a tpot.json written by eval/tpot.py" in msg
 
 
 # ------------------------------------------------------------------------------------------ GPU-only scripts

@@ -91,6 +91,15 @@ def test_merge_interval_is_checked_before_the_model_loads(merge_interval, tmp_pa
                    merge_interval=merge_interval)
 
 
+@pytest.mark.parametrize("batch_size", [0, -1, "0", "-1", "auto", "auto:4", 2.5, True])
+def test_batch_size_is_checked_before_the_model_loads(batch_size, tmp_path):
+    """0 and -1 were accepted (HFLM then scores every request in one batch), and "auto" was refused only after the
+    model had loaded: every batch size but an integer of at least 1 is refused first now."""
+    with pytest.raises(ValueError, match="CachedHFLM needs a fixed integer batch_size"):
+        CachedHFLM(pretrained=str(tmp_path / "no-model-here"), device="cpu", batch_size=batch_size)
+    assert harness._check_batch_size("2") == harness._check_batch_size(2) == 2  # lm-eval's CLI passes a string
+
+
 def test_parity_cpu_fp32(tmp_path):
     """The CI parity check: both local tasks, a few documents (two batches), GDN and KDA checkpoints, fp32 on the CPU:
     identical metrics, 100 % identical generations, log-likelihoods within 1e-5."""

@@ -78,6 +78,28 @@ def test_tpot_staggered_first_cpu_smoke(tmp_path):
     assert len(rows) == 1 and rows[0].startswith(f"| {tmp_path.name} | smoke | 2 | staggered | ")
 
 
+def test_tpot_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):
+    """A DeltaLog run that failed (--merge-interval 5000 did, before it was checked at parse time) left the baseline's
+    results alone and the script exited 0. It keeps writing what succeeded, names what failed and exits non-zero."""
+    tpot = load("tpot")
+    real = tpot.run_graph
+
+    def run_graph(model, cache_kind, *args, **kwargs):
+        if cache_kind == "deltalog":
+            raise ValueError("a DeltaLog run that fails")
+        return real(model, cache_kind, *args, **kwargs)
+
+    monkeypatch.setattr(tpot, "run_graph", run_graph)
+    with pytest.raises(SystemExit) as err:
+        tpot.main(["--cpu-smoke", "--out", str(tmp_path), "--batch-sizes", "1", "--new-tokens", "2", "--modes",
+                   "graph", "--profile-steps", "0"])
+    message = str(err.value.code)  # sys.exit(message): exit status 1
+    assert message.startswith("1 of the requested runs failed") and str(tmp_path / "tpot.json") in message
+    assert "smoke graph deltalog B=1: error: ValueError: a DeltaLog run that fails" in message
+    data = json.loads((tmp_path / "tpot.json").read_text())
+    assert [r["cache"] for r in data["runs"]] == ["static"] and [s["cache"] for s in data["skipped"]] == ["deltalog"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--staggered-batch-sizes", "4"], "--staggered-batch-sizes adds graph-mode runs at batch sizes of --batch-sizes"),
     (["--staggered-batch-sizes", "2", "--modes", "eager"], "--staggered-batch-sizes adds graph-mode runs"),
