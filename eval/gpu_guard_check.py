@@ -440,8 +440,36 @@ def transformers_cases(family: str, device) -> list[dict]:
         return dict(ok=same2 and refused is None and same3, identical_turn2=same2, refusal=refused,
                     identical_turn3=same3)
 
+    def inference_mode_turns():  # turn 1 under torch.inference_mode(), turn 2 and a manual step under no_grad
+        from transformers import DynamicCache
+
+        dense = DynamicCache(config=model.config)
+        with torch.no_grad():
+            want1 = model.generate(ids, past_key_values=dense, max_new_tokens=3, do_sample=False)
+            turn2 = torch.cat([want1, _ids(2, 2, vocab, device, 16)], 1)
+            want2 = model.generate(turn2, past_key_values=dense, max_new_tokens=3, do_sample=False)
+            step = _ids(2, 1, vocab, device, 17)
+            want_step = model(step, past_key_values=dense, use_cache=True).logits[:, -1]
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        with torch.inference_mode():
+            got1 = model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False)
+        with torch.no_grad():
+            got2 = model.generate(turn2, past_key_values=cache, max_new_tokens=3, do_sample=False)
+            got_step = model(step, past_key_values=cache, use_cache=True).logits[:, -1]
+        step_diff = (got_step.float() - want_step.float()).abs().max().item()
+        with torch.inference_mode():
+            model.generate(ids, past_key_values=DeltaLogCache(model, backend="triton", merge_interval=M),
+                           max_new_tokens=1, do_sample=False)
+        cache.reset()
+        with torch.no_grad():
+            again = torch.equal(model.generate(ids, past_key_values=cache, max_new_tokens=3, do_sample=False), want1)
+        same = torch.equal(got1, want1) and torch.equal(got2, want2)
+        return dict(ok=same and again and step_diff <= 1e-4, identical_turns=same, identical_after_reset=again,
+                    manual_step_max_abs_logit_diff=step_diff)
+
     case("multi_turn", multi_turn)
     case("new_only_turns", new_only_turns)
+    case("inference_mode_turns", inference_mode_turns)
     case("interrupted_prefill", interrupted_prefill)
     case("stopped_decode_step", stopped_decode_step)
     case("stopped_between_steps", stopped_between_steps)

@@ -168,8 +168,8 @@ def test_gpu_guard_check_cpu_smoke():
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     rows = check.main(["--cpu-smoke", "--families", "qwen3_5"])
-    assert [r["case"] for r in rows] == ["multi_turn", "new_only_turns", "interrupted_prefill", "stopped_decode_step",
-                                         "stopped_between_steps", "threads", "positional_generation_config",
+    assert [r["case"] for r in rows] == ["multi_turn", "new_only_turns", "inference_mode_turns", "interrupted_prefill",
+                                         "stopped_decode_step", "stopped_between_steps", "threads", "positional_generation_config",
                                          "manual_step_after_a_stop_between_layers", "static_stop_between_layers",
                                          "past_recording_static", "compiled_forward", "dtype_switch",
                                          "backward_raises"]
