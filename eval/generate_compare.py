@@ -37,20 +37,25 @@ def compare(out, ref, prompt: int, new_tokens: int) -> dict:
     ``new_tokens`` tokens after a ``prompt``-token prompt: the share of identical tokens, the largest |Δlogit| while the
     tokens agree (logits are comparable only while both runs have fed the same tokens: up to the first differing step),
     the first differing step and the reference's top-1 minus top-2 logit there (largest over the rows that differ).
-    ``token_agreement`` is the share of the generated tokens (not the prompt's) that are identical."""
+    ``token_agreement`` is the share of the generated tokens (not the prompt's) that are identical: positions past
+    the shorter output's end (a run that stopped at EOS earlier) count as differing, padding after an EOS in both
+    runs as identical."""
     import torch
 
-    first = next((i for i in range(new_tokens)
-                  if not torch.equal(out.sequences[:, prompt + i], ref.sequences[:, prompt + i])), None)
-    upto = new_tokens if first is None else first + 1
+    a, b = out.sequences[:, prompt:], ref.sequences[:, prompt:]
+    common = min(a.shape[1], b.shape[1], new_tokens)
+    first = next((i for i in range(common) if not torch.equal(a[:, i], b[:, i])), None)
+    if first is None and a.shape[1] != b.shape[1]:
+        first = common  # one run stopped earlier: its outputs end here
+    upto = common if first is None else min(first + 1, common)
     dlogit = max((x.float() - y.float()).abs().max().item() for x, y in zip(out.logits[:upto], ref.logits[:upto]))
     margin = None
-    if first is not None:
-        rows = (out.sequences[:, prompt + first] != ref.sequences[:, prompt + first]).nonzero()[:, 0]
+    if first is not None and first < common:
+        rows = (a[:, first] != b[:, first]).nonzero()[:, 0]
         top2 = ref.logits[first][rows].float().topk(2, dim=-1).values
         margin = (top2[:, 0] - top2[:, 1]).max().item()
-    return dict(token_agreement=(out.sequences[:, prompt:] == ref.sequences[:, prompt:]).float().mean().item(),
-                identical=bool(torch.equal(out.sequences, ref.sequences)),
+    agreement = (a[:, :common] == b[:, :common]).sum().item() / (a.shape[0] * max(a.shape[1], b.shape[1], 1))
+    return dict(token_agreement=agreement, identical=bool(torch.equal(out.sequences, ref.sequences)),
                 max_abs_logit_diff_while_tokens_agree=dlogit, first_differing_step=first,
                 top2_margin_at_first_difference=margin)
 

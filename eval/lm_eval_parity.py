@@ -36,6 +36,8 @@ from cli_types import positive_int  # noqa: E402
 
 LOCAL_TASKS = HERE / "tasks"
 DEFAULT_TASKS = ("shakespeare_next_line_gen", "shakespeare_next_line_mc")
+# every task and group the project ships (their YAML names): a failure to load one is an error, not a skipped task
+LOCAL_TASK_NAMES = frozenset(p.stem for p in LOCAL_TASKS.rglob("*.yaml"))
 SKIP_KEYS = ("alias", "name", "sample_len", "samples")
 
 
@@ -102,6 +104,8 @@ def explain_difference(lm, context: str, default_records: list[dict], deltalog_r
                 default_margin=margin_a, deltalog_margin=margin_b, near_tie_tolerance=tol,
                 explained=bool(same_pair and margin_a <= tol and margin_b <= tol),
                 reason=("different top-2 tokens" if not same_pair
+                        else "a NaN logit among the two best tokens: not a near tie"
+                        if math.isnan(margin_a) or math.isnan(margin_b)
                         else f"the same two best tokens, both margins within 4 {dtype} ulps"
                         if margin_a <= tol and margin_b <= tol
                         else f"the same two best tokens, but a margin above 4 {dtype} ulps ({tol:.3g}): not a near tie"))
@@ -220,7 +224,7 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
                 seconds[cache] = time.perf_counter() - t0
                 records[cache] = lm.generation_records
         except Exception as e:  # noqa: BLE001 - a standard task whose data is not available is reported, not fatal
-            if task in DEFAULT_TASKS:
+            if task in DEFAULT_TASKS or task in LOCAL_TASK_NAMES:  # the project's own tasks (and group) must load
                 raise
             out["skipped"][task] = f"{type(e).__name__}: {e}"
             continue

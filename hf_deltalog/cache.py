@@ -1205,15 +1205,8 @@ class DeltaLogCache(DynamicCache):
         """
         if self.static:  # one device step counter: generate checks the logs (_check_consistent)
             return
-        first = self._order.layer < 0  # the first forward since the cache was built or reset
-        if not (self._order.begins_forward(layer_idx, call) or first) or not _called_by_a_module(layer_idx):
+        if not (self._order.begins_forward(layer_idx, call) and _called_by_a_module(layer_idx)):
             return
-        if torch.is_inference_mode_enabled():  # one flag read per forward
-            self._inference_filled = True
-        elif self._inference_filled:  # a manual decode loop after a forward under torch.inference_mode()
-            self._leave_inference_tensors()
-        if first:
-            return  # nothing held yet: nothing to agree on
         if not self._layers_agree_on_host():
             try:
                 self._check_consistent(int(self.get_seq_length()), host_only=True)
@@ -1269,7 +1262,7 @@ class DeltaLogCache(DynamicCache):
             spec = _resolve(getattr(text, "model_type", None))
             theirs = (spec.model_type, tuple(getattr(text, "layer_types", None) or ()), spec.dims(text),
                       _attention_geometry(text))
-        except (ValueError, AttributeError):
+        except (ValueError, TypeError, AttributeError):  # (TypeError: a model_type that is not a str, e.g. None)
             theirs = (getattr(text, "model_type", None),)
         if theirs != self._fingerprint:
             names = ("layer_types", "(Hk, HV, K, V)", "attention geometry")
@@ -1328,6 +1321,8 @@ class DeltaLogCache(DynamicCache):
                 f"the model treats layer {layer_idx} as an attention layer, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
             )
+        if layer_idx == 0:
+            self._track_inference_mode()
         self._begin_layer_step(layer_idx, "update", key_states.shape[0])
         if self.static:
             # a static sliding-window layer stops advancing its device length once its window is full: read its host one
@@ -1372,13 +1367,14 @@ class DeltaLogCache(DynamicCache):
 
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
         self._require_linear(layer_idx)
-        if self._inference_filled and not torch.is_inference_mode_enabled():
-            # the model updates the window it gets here in place: an inference tensor must be replaced first
-            self._leave_inference_tensors()
+        if layer_idx == 0:  # the model updates the window it gets here in place
+            self._track_inference_mode()
         return super().get_conv_state(layer_idx, state_idx)
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
         self._require_linear(layer_idx)
+        if layer_idx == 0:
+            self._track_inference_mode()
         self._begin_layer_step(layer_idx, f"update_conv_state:{state_idx}", conv_states.shape[0])
         return super().update_conv_state(conv_states, layer_idx, state_idx, **kwargs)
 
@@ -1409,6 +1405,8 @@ class DeltaLogCache(DynamicCache):
         check_layer_index(layer_idx)
         layer_idx = int(layer_idx)
         layer = self._require_linear(layer_idx)
+        if layer_idx == 0:
+            self._track_inference_mode()
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
         # A read from user code (not a module's forward) is only a read. Static mode under torch.compile does not
@@ -1487,6 +1485,7 @@ class DeltaLogCache(DynamicCache):
             layer.check_crop(-tokens_to_remove)
         for i, layer in enumerate(self.layers):
             check_sliding_window_crop(i, layer, -tokens_to_remove)
+        self._track_inference_mode()  # (the layers' crop updates buffers in place)
         super().crop(tokens_to_remove)
         if self._ledger is not None:
             # The record is a prefix of what the cache consumed (shorter after direct forwards): keep what the cache
@@ -1508,8 +1507,25 @@ class DeltaLogCache(DynamicCache):
         return all(layer.is_croppable for layer in self.layers
                    if not isinstance(layer, (DeltaLogLayer, DynamicSlidingWindowLayer, StaticSlidingWindowLayer)))
 
-    # whether a forward ran under torch.inference_mode() since the last _leave_inference_tensors (dynamic mode)
+    # whether a call that may allocate or replace buffers ran under torch.inference_mode() since the last
+    # _leave_inference_tensors (set by layer 0's first call of a forward, batch operations and crop)
     _inference_filled = False
+
+    def _track_inference_mode(self) -> None:
+        """At layer 0's calls of a forward (a few per step: two flag reads), at batch operations and at ``crop``:
+        note a call under ``torch.inference_mode()``; outside it, after such a call, replace the inference tensors
+        first (:meth:`_leave_inference_tensors`), before anything updates a buffer in place."""
+        if torch.compiler.is_compiling():
+            return
+        if torch.is_inference_mode_enabled():
+            self._inference_filled = True
+        elif self._inference_filled:
+            self._leave_inference_tensors()
+
+    def _holds_inference_tensors(self) -> bool:
+        """Whether some layer holds an inference tensor (a flag read per tensor, with the step counters')."""
+        return any(t.is_inference() for layer in self.layers for t in _layer_tensors(layer)) or any(
+            counter.is_inference() for counter, _ in self._status.step_counters.values())
 
     def _leave_inference_tensors(self) -> None:
         """Buffers filled under ``torch.inference_mode()`` are inference tensors, which cannot be updated in place
@@ -1519,12 +1535,13 @@ class DeltaLogCache(DynamicCache):
         several layers stays shared), so a later turn under ``no_grad`` (or a ``reset()``) goes on as after a
         ``no_grad`` turn. transformers' ``DynamicCache`` and ``StaticCache`` refuse that second turn. Addresses
         change where copies are made (a CUDA graph captured on the old buffers must be captured again). Called when
-        ``generate`` starts and by ``reset()`` (a flag read per tensor: tens of µs for a large model), and in dynamic
-        mode at the first forward outside inference mode after one inside it; never per decode step."""
-        if torch.is_inference_mode_enabled():
+        ``generate`` starts (a flag read per tensor: tens of µs for a large model) and through
+        :meth:`_track_inference_mode` at the first forward, batch operation or ``crop`` outside inference mode after
+        one inside it, in dynamic and static mode; never per decode step otherwise."""
+        if torch.is_inference_mode_enabled() or torch.compiler.is_compiling():
             return
         self._inference_filled = False
-        if not any(t.is_inference() for layer in self.layers for t in _layer_tensors(layer)):
+        if not self._holds_inference_tensors():
             return
         copies: dict[int, torch.Tensor] = {}
 
@@ -1548,9 +1565,14 @@ class DeltaLogCache(DynamicCache):
 
     def reset(self) -> None:
         """Forget every token (a batch of another size may follow); buffers of an unchanged batch keep their addresses
-        (not those filled under ``torch.inference_mode()`` when reset outside it: :meth:`_leave_inference_tensors`)."""
-        self._leave_inference_tensors()
-        super().reset()
+        (also those filled under ``torch.inference_mode()``: outside it they are zeroed inside it, which torch allows,
+        so a CUDA graph captured on them stays valid; the next use outside inference mode then copies them,
+        :meth:`_leave_inference_tensors`)."""
+        if not torch.is_inference_mode_enabled() and self._inference_filled and self._holds_inference_tensors():
+            with torch.inference_mode():
+                super().reset()
+        else:
+            super().reset()
         self._ledger = None
         self._after_beams = False
         self._stopped_generate = None
@@ -1567,6 +1589,7 @@ class DeltaLogCache(DynamicCache):
                 device): an entry outside ``[0, B)`` fails in torch's gather (a device-side assert).
         """
         beam_idx = check_beam_idx(beam_idx, self.batch_size)
+        self._track_inference_mode()  # (updates the buffers in place)
         super().reorder_cache(beam_idx)
         if self._ledger is not None:
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
@@ -1590,6 +1613,7 @@ class DeltaLogCache(DynamicCache):
         check_repeats(repeats)
         repeats = int(repeats)
         self._check_layers_support("batch_repeat_interleave")
+        self._track_inference_mode()
         super().batch_repeat_interleave(repeats)
         if self._ledger is not None:
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
@@ -1602,6 +1626,7 @@ class DeltaLogCache(DynamicCache):
             before anything changes."""
         indices = check_row_indices(indices, self.batch_size)
         self._check_layers_support("batch_select_indices")
+        self._track_inference_mode()
         super().batch_select_indices(indices)
         if self._ledger is not None:
             self._ledger = self._ledger[indices.to(self._ledger.device)]
@@ -1618,7 +1643,10 @@ class DeltaLogCache(DynamicCache):
         generate wrapper passes it on to :meth:`_check_room` and :func:`note_stopped_generate`).
         """
         self._status.check()
-        self._leave_inference_tensors()  # a turn after one under torch.inference_mode()
+        if torch.is_inference_mode_enabled():
+            self._inference_filled = True
+        else:
+            self._leave_inference_tensors()  # a turn after one under torch.inference_mode() (full scan: copies too)
         held = int(self.get_seq_length())  # a device tensor for static attention layers (read before generate runs)
         self._check_consistent(held)
         if held == 0:

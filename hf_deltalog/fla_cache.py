@@ -661,7 +661,9 @@ class FLADeltaLogCache(FLACache):
         caller = sys._getframe(1)
         forward = caller.f_globals.get("__name__", "").startswith("fla.")
         if forward and caller.f_code.co_name == "update_layer_cache" and caller.f_back is not None:
-            self._refuse_other_family(caller.f_back.f_globals.get("__name__", ""))  # the layer that stores
+            # the layer that stores: one of another served family, or a recurrent layer of a family DeltaLogCache does
+            # not serve (DeltaNet, GLA, ...: FLA's layer modules share these helpers)
+            self._refuse_other_family(caller.f_back.f_globals.get("__name__", ""), recurrent_state is not None)
         ffn_only = ffn_state is not None and recurrent_state is None and attn_state is None
         if forward and self._begin_step(layer_idx, "ffn" if ffn_only else "store",
                                         ("read", "store") if ffn_only else ("read",)):
@@ -749,13 +751,18 @@ class FLADeltaLogCache(FLACache):
         self._refuse_other_rows(cu_seqlens.shape[0] - 1 if isinstance(cu_seqlens, torch.Tensor) else
                                 x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None, layer_idx)
 
-    def _refuse_other_family(self, module: str) -> None:
+    def _refuse_other_family(self, module: str, stores_a_recurrent_state: bool = False) -> None:
         """Raise ValueError (and lock the cache) when FLA's layer module ``module`` (the caller of a step read or a
         store) is another family's: a model of another family with the same head sizes would otherwise prefill an
         empty cache (its states pass the shape checks), or fail inside FLA's code on a cache that holds tokens with
         an error that does not name the cause. Modules that are no family's layer module (FLA's model code, which
-        stores RWKV6's FFN state) are not checked."""
+        stores RWKV6's FFN state) are not checked, nor are FLA's other layer modules, except when they store a
+        recurrent state (``stores_a_recurrent_state``): that is a recurrent layer of a family DeltaLogCache does not
+        serve (an attention layer stores none)."""
         family = _LAYER_MODULE_FAMILY.get(module)
+        if family is None and stores_a_recurrent_state and module.startswith("fla.layers.") \
+                and module != self.spec.module:
+            family = module.rsplit(".", 1)[-1]
         if family is not None and family != self.spec.model_type:
             raise self._shared.status.reject(
                 f"this DeltaLogCache was built for FLA's {self.spec.model_type!r} models but is used by a {family!r} "

@@ -2109,7 +2109,7 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 def test_a_turn_after_one_under_inference_mode(family, static):
     """A cache filled under torch.inference_mode() holds inference tensors, which torch refuses to update in place
     outside it: the next no_grad turn failed inside the conv update, and reset() — which the error then named —
-    failed as well (43rd review). Now a later generate turn, a manual decode loop (dynamic mode) and reset() go on
+    failed as well (43rd review). Now a later generate turn, a manual decode loop (static mode too) and reset() go on
     as after a no_grad turn: tokens and logits as DynamicCache's with both turns under no_grad."""
     model = tiny_model(family)
     ids, new = prompt_ids(2, 5), prompt_ids(2, 2, seed=7)
@@ -2131,10 +2131,20 @@ def test_a_turn_after_one_under_inference_mode(family, static):
     cache.reset()  # ... then reset() outside it
     with torch.no_grad():
         assert torch.equal(model.generate(ids, cache=cache, **kw).sequences, r1.sequences)
-    if static:
-        return
-    # a manual decode loop: prefill under inference_mode, steps under no_grad
-    ours, theirs = DeltaLogCache(model, merge_interval=3), DynamicCache(config=model.config)
+    # reset() outside inference mode of a cache filled inside it zeroes the buffers in place (it moved them, so a
+    # CUDA graph captured on them replayed on freed memory; 44th review); the next turn inside inference mode
+    # decodes as a fresh cache
+    kept = DeltaLogCache(model, merge_interval=3, **(dict(static=True, max_cache_len=32) if static else {}))
+    with torch.inference_mode():
+        model.generate(ids, cache=kept, **kw)
+    addresses = [t.data_ptr() for layer in kept.deltalog_layers for t in layer._tensors().values()]
+    kept.reset()
+    assert [t.data_ptr() for layer in kept.deltalog_layers for t in layer._tensors().values()] == addresses
+    with torch.inference_mode():
+        assert torch.equal(model.generate(ids, cache=kept, **kw).sequences, r1.sequences)
+    # a manual decode loop (static mode too): prefill under inference_mode, steps under no_grad
+    kw_cache = dict(static=True, max_cache_len=32) if static else {}
+    ours, theirs = DeltaLogCache(model, merge_interval=3, **kw_cache), DynamicCache(config=model.config)
     with torch.inference_mode():
         model(ids, past_key_values=ours, use_cache=True)
     with torch.no_grad():
@@ -2144,3 +2154,49 @@ def test_a_turn_after_one_under_inference_mode(family, static):
             a = model(x, past_key_values=ours, use_cache=True).logits
             b = model(x, past_key_values=theirs, use_cache=True).logits
             assert max_abs(a, b) <= 1e-5, step
+
+
+# (static mode keeps transformers' StaticLayer for attention, which has no batch_select_indices)
+@pytest.mark.parametrize("op, static", [("reorder_cache", False), ("reorder_cache", True), ("crop", False),
+                                        ("crop", True), ("batch_select_indices", False)])
+def test_batch_operations_after_an_inference_mode_turn(op, static):
+    """reorder_cache / crop outside inference mode after a generate inside it updated inference tensors in place:
+    with an attention layer first, reorder_cache reordered layer 0 and then failed at layer 1, unlocked, and the
+    next generate decoded from the half-reordered cache (44th review). Now the buffers are replaced first: the
+    result is DynamicCache's, which runs both turns under no_grad on a dynamic cache."""
+    layers = ["full_attention", "linear_attention", "full_attention", "linear_attention"]
+    model = _model_of(family_config("qwen3_5", layer_types=layers), 0)
+    ids, new = prompt_ids(2, 5), prompt_ids(2, 2, seed=7)
+    kw = dict(max_new_tokens=3, do_sample=False, output_logits=True, return_dict_in_generate=True, eos_token_id=None)
+    extra = dict(static=True, max_cache_len=32) if static else {}
+    cache = DeltaLogCache(model, merge_interval=4, crop_ring=True, **extra)
+    with torch.inference_mode():
+        first = model.generate(ids, cache=cache, **kw).sequences
+    if op == "reorder_cache":
+        cache.reorder_cache(torch.tensor([1, 0]))
+        rows, cut = [1, 0], 0
+    elif op == "crop":
+        cache.crop(-1)
+        rows, cut = [0, 1], 1
+    else:
+        cache.batch_select_indices([1])
+        rows, cut = [1], 0
+    turn2 = torch.cat([first[rows, :first.shape[1] - cut], new[rows]], 1)
+    ours = model.generate(turn2, cache=cache, **kw)
+    with torch.no_grad():
+        ref = DynamicCache(config=model.config)
+        model.generate(ids[rows], cache=ref, max_new_tokens=3 - cut, do_sample=False, eos_token_id=None)
+        want = model.generate(turn2, cache=ref, **kw)
+    assert torch.equal(ours.sequences, want.sequences)
+    assert max(max_abs(a, b) for a, b in zip(ours.logits, want.logits)) <= 1e-5
+
+
+def test_generate_on_a_model_without_a_model_type_names_the_mismatch():
+    """A model whose text config's model_type is None got a raw "model_type must be a model type name" TypeError from
+    generate (the name check became a TypeError, which the model check did not catch; 44th review): it gets the
+    ValueError saying which model the cache was built for."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))
+    model.config.get_text_config(decoder=True).model_type = None
+    cache = DeltaLogCache(tiny_model("qwen3_5"))
+    with pytest.raises(ValueError, match="was built for a 'qwen3_5_text' model"):
+        model.generate(prompt_ids(2, 4), cache=cache, max_new_tokens=1, do_sample=False)

@@ -216,6 +216,11 @@ def test_token_agreement_counts_generated_tokens_only(capsys):
     half = SimpleNamespace(sequences=torch.cat([prompt, prompt + 1], 1), logits=logits)
     half.sequences[0, 12:] = 2
     assert compare(half, ref, 8, 8)["token_agreement"] == 0.5
+    # outputs of different lengths (one run stopped at EOS earlier) failed with a shape error (44th review): the
+    # missing positions count as differing
+    short = SimpleNamespace(sequences=torch.cat([prompt, prompt[:, :2] + 1], 1), logits=logits[:2])
+    row = compare(short, ref, 8, 8)
+    assert row["token_agreement"] == 2 / 8 and row["first_differing_step"] == 2 and not row["identical"]
     run = subprocess.run([sys.executable, str(EVAL / "generate_compare.py"), "--help"], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
     assert run.returncode == 0 and "gpu_generate_check.py" in run.stderr

@@ -342,3 +342,7 @@ def test_a_nan_score_is_never_an_explained_flip_and_reasons_match_the_verdict():
     d = lm_eval_parity.explain_difference(_Stub(), "ab", [base], [far], "float32")
     assert d["explained"] is False and "not a near tie" in d["reason"]
     assert "within 4" not in d["reason"]
+    nan = dict(far, top2_logits=[[10.0, 9.0], [float("nan"), 3.0]])
+    d = lm_eval_parity.explain_difference(_Stub(), "ab", [base], [nan], "float32")
+    assert d["explained"] is False and d["reason"] == "a NaN logit among the two best tokens: not a near tie"
+    assert "shakespeare" in lm_eval_parity.LOCAL_TASK_NAMES  # a failing local group is an error, not "skipped"

@@ -681,3 +681,25 @@ def test_a_model_of_another_family_is_refused_with_the_cause(owner, other, held)
         a = model(ids, past_key_values=ref, use_cache=True).logits
         b = model(ids, past_key_values=cache, use_cache=True).logits
     assert max_abs(a, b) <= 1e-5
+
+
+def test_a_recurrent_layer_of_a_family_not_served_is_refused():
+    """FLA's other recurrent layers (DeltaNet, GLA, ...) store through the same cache helpers: a DeltaNet model
+    prefilled a GatedDeltaNet DeltaLog cache without complaint, and only its decode failed, naming unbound kernels
+    (44th review). The store is refused naming its layer module; the cache is locked until reset()."""
+    from fla.models import DeltaNetConfig, DeltaNetForCausalLM
+    from helpers import COMMON
+
+    torch.manual_seed(0)
+    stranger = DeltaNetForCausalLM(DeltaNetConfig(**dict(COMMON, num_hidden_layers=2), num_heads=2,
+                                                  expand_k=0.5, expand_v=0.5)).eval()
+    model, ids = tiny_model("gated_deltanet"), prompt_ids(2, 4)
+    cache = DeltaLogCache(model, backend="torch")
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="built for FLA's 'gated_deltanet' models but is used by a 'delta_net' "
+                                             r"layer \(fla.layers.delta_net\)"):
+            stranger(ids, past_key_values=cache, use_cache=True)
+        cache.reset()
+        a = model(ids, past_key_values=Cache(), use_cache=True).logits
+        b = model(ids, past_key_values=cache, use_cache=True).logits
+    assert max_abs(a, b) <= 1e-5
