@@ -26,6 +26,7 @@ device, so one captured CUDA graph (:mod:`hf_deltalog.graph`) serves every step.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import operator
 import sys
@@ -128,6 +129,17 @@ def _fla_dense_decode(operator: str) -> Callable | None:
     return kernel
 
 
+def _ordinary_allocation() -> contextlib.AbstractContextManager:
+    """Where the cache allocates a buffer that later steps update in place: outside ``torch.inference_mode()``
+    (``inference_mode(False)``), so a buffer filled by an inference-mode prefill is an ordinary tensor, which later
+    steps outside inference mode (a compiled static decode step included, where no Python check runs) may update.
+    Inference mode allows in-place updates of ordinary tensors. Not while ``torch.compile`` traces (it allocates
+    nothing then that outlives the graph)."""
+    if torch.is_inference_mode_enabled() and not torch.compiler.is_compiling():
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()
+
+
 class _Status:
     """State shared by a cache and its layers: why the cache is unusable until ``reset()``, if something left it so.
 
@@ -146,7 +158,8 @@ class _Status:
     def step_counter(self, device: torch.device, layer_idx: int) -> tuple[torch.Tensor, bool]:
         """The decode-step counter of ``device`` (created at 0 on first use) and whether ``layer_idx`` advances it."""
         if device not in self.step_counters:
-            counter = torch.zeros((), dtype=torch.int64, device=device)
+            with _ordinary_allocation():
+                counter = torch.zeros((), dtype=torch.int64, device=device)
             if not torch.compiler.is_compiling():  # dynamo refuses the call inside a traced forward (a compiled prefill)
                 torch._dynamo.mark_static_address(counter)
             self.step_counters[device] = (counter, layer_idx)
@@ -398,6 +411,20 @@ class DeltaLogLayer(LinearAttentionLayer):
             plan["state_v_first"]
         self.capacity = self.merge_interval - 1
         self.dense_kernel = _fla_dense_decode(self.spec.operator) if plan["dense_fla"] else None
+        with _ordinary_allocation():
+            self._allocate_buffers(batch, device)
+        if not torch.compiler.is_compiling():  # as transformers' layers: dynamo refuses it inside a traced forward
+            for t in self._tensors().values():
+                torch._dynamo.mark_static_address(t)
+        self.is_recurrent_states_initialized[0] = True
+        self.device = device
+
+    def lazy_initialization(self, *args: Any, **kwargs: Any) -> None:
+        """transformers' allocation of the conv states, outside inference mode (:func:`_ordinary_allocation`)."""
+        with _ordinary_allocation():
+            super().lazy_initialization(*args, **kwargs)
+
+    def _allocate_buffers(self, batch: int, device: torch.device) -> None:
         Hk, HV, K, V = self.num_k_heads, self.num_v_heads, self.k_head_dim, self.v_head_dim
         C = self.capacity
         f32 = dict(dtype=torch.float32, device=device)
@@ -422,11 +449,6 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.backend == "triton":
             self.workspace = _triton_kernels(self.spec.operator)[1](batch, Hk, HV, K, C, device)  # kernel scratch
             self._names += ("workspace",)
-        if not torch.compiler.is_compiling():  # as transformers' layers: dynamo refuses it inside a traced forward
-            for t in self._tensors().values():
-                torch._dynamo.mark_static_address(t)
-        self.is_recurrent_states_initialized[0] = True
-        self.device = device
 
     @property
     def batch_size(self) -> int:
@@ -1324,6 +1346,9 @@ class DeltaLogCache(DynamicCache):
         if layer_idx == 0:
             self._track_inference_mode()
         self._begin_layer_step(layer_idx, "update", key_states.shape[0])
+        if self.static and not layer.is_initialized and torch.is_inference_mode_enabled():
+            with _ordinary_allocation():  # transformers' static keys and values, updated in place by later steps
+                layer.lazy_initialization(key_states, value_states)
         if self.static:
             # a static sliding-window layer stops advancing its device length once its window is full: read its host one
             length = ("cumulative_length_int" if isinstance(self.layers[layer_idx], StaticSlidingWindowLayer)
@@ -1338,7 +1363,12 @@ class DeltaLogCache(DynamicCache):
                 f"the model treats layer {layer_idx} as an indexed attention layer, but this DeltaLogCache was built "
                 f"for a config whose layer {layer_idx} is linear attention; build the cache from the model that uses it"
             )
+        if layer_idx == 0:
+            self._track_inference_mode()
         self._begin_layer_step(layer_idx, "update_indexer", indexer_key_states.shape[0])
+        if self.static and not getattr(layer, "is_indexer_initialized", True) and torch.is_inference_mode_enabled():
+            with _ordinary_allocation():
+                layer.lazy_initialization_indexer(indexer_key_states)
         if self.static:
             self._fit_static_rows(layer_idx, "indexer_keys", "is_indexer_initialized", "indexer_cumulative_length",
                                   indexer_key_states.shape[0])

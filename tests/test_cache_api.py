@@ -2121,7 +2121,9 @@ def test_a_turn_after_one_under_inference_mode(family, static):
     cache = DeltaLogCache(model, merge_interval=3, **(dict(static=True, max_cache_len=32) if static else {}))
     with torch.inference_mode():
         o1 = model.generate(ids, cache=cache, **kw)
-    assert cache.deltalog_layers[0].base.is_inference()  # what the next turn meets
+    # the cache allocates its own buffers as ordinary tensors; the dynamic attention layers' keys (torch.cat results)
+    # are inference tensors, which the next turn replaces
+    assert not cache.deltalog_layers[0].base.is_inference() and cache._holds_inference_tensors() == (not static)
     o2 = model.generate(torch.cat([o1.sequences, new], 1), cache=cache, **kw)
     assert torch.equal(o2.sequences, r2.sequences)
     assert max(max_abs(a, b) for a, b in zip(o2.logits, r2.logits)) <= 1e-5
@@ -2200,3 +2202,43 @@ def test_generate_on_a_model_without_a_model_type_names_the_mismatch():
     cache = DeltaLogCache(tiny_model("qwen3_5"))
     with pytest.raises(ValueError, match="was built for a 'qwen3_5_text' model"):
         model.generate(prompt_ids(2, 4), cache=cache, max_new_tokens=1, do_sample=False)
+
+
+def test_compiled_static_steps_after_an_inference_mode_prefill():
+    """A static decode step compiled with torch.compile runs no Python check, so after a prefill under
+    torch.inference_mode() it updated inference tensors in place: torch wrote layer 0's conv window and then raised,
+    the cache was not locked, and later steps decoded from the changed state (45th review). The cache now allocates
+    its buffers (and transformers' static attention and indexer buffers) as ordinary tensors even under inference
+    mode: the compiled steps give DynamicCache's logits, compiled once. Also an indexed-attention layer first
+    (qwen4_exp): its indexer buffers are allocated the same way."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    ours = DeltaLogCache(model, merge_interval=3, static=True, max_cache_len=32)
+    theirs = DynamicCache(config=model.config)
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(1)
+        return gm.forward
+
+    step = torch.compile(lambda x: model(x, past_key_values=ours, use_cache=True).logits, fullgraph=True,
+                         backend=backend)
+    with torch.inference_mode():
+        model(ids, past_key_values=ours, use_cache=True)
+    assert not ours._holds_inference_tensors()
+    with torch.no_grad():
+        model(ids, past_key_values=theirs, use_cache=True)
+        for s in range(4):
+            x = prompt_ids(2, 1, seed=20 + s)
+            assert max_abs(step(x), model(x, past_key_values=theirs, use_cache=True).logits) <= 1e-5, s
+    assert len(compiles) == 1
+    indexed = _model_of(family_config("qwen4_exp", layer_types=["indexed_attention", "linear_attention"] * 2), 0)
+    ours, theirs = DeltaLogCache(indexed, merge_interval=3, static=True, max_cache_len=32), \
+        DynamicCache(config=indexed.config)
+    with torch.inference_mode():
+        first = indexed.generate(ids, cache=ours, max_new_tokens=3, do_sample=False, eos_token_id=None)
+    with torch.no_grad():
+        indexed.generate(ids, cache=theirs, max_new_tokens=3, do_sample=False, eos_token_id=None)
+        for x in (first[:, -1:], prompt_ids(2, 1, seed=30)):
+            assert max_abs(indexed(x, past_key_values=ours, use_cache=True).logits,
+                           indexed(x, past_key_values=theirs, use_cache=True).logits) <= 1e-5
