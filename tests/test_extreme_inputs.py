@@ -288,3 +288,74 @@ def test_materialize_refuses_a_log_that_is_not_4d(materialize, value_log, heads)
         materialize(base, log_decay, z(B, H, K_), *rest)
     with pytest.raises(TypeError, match="k_log must be a torch.Tensor; got list"):
         materialize(base, log_decay, [0.0], *rest)
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_compiled_kernel_step_refuses_aliased_buffers(op):
+    """Under torch.compile the launcher's shared-memory check was skipped (traced tensors have no addresses) and
+    nothing checked later: an append-only step with the value log carved out of the base wrote into the base. The
+    opaque custom op (the interpreter's form) now checks inside the compiled graph, with the eager call's message,
+    and writes nothing."""
+    x, log, _, _, _, _, kernel, ws = CASES[op](torch.Generator().manual_seed(15))
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(16))
+    log[2] = base.view(-1)[:log[2].numel()].view(log[2].shape)  # the value log aliases the base
+    xs = step_inputs(x, 0, op)
+    compiled = torch.compile(kernel, fullgraph=True, backend="aot_eager")
+    assert_refused(lambda: compiled(*xs, base, *log, ws), ValueError,
+                   r"[uv]_log and base share memory|base and [uv]_log share memory", [base, *log, ws])
+
+
+@pytest.mark.parametrize("op", list(CASES))
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_decode_step_refuses_a_log_that_is_not_4d(op, impl):
+    """The decode steps read the log's sizes before checking its rank: a non-tensor k_log failed with a raw
+    AttributeError in the references, and a 3-D one got a message asking for a shape with C = -1. Now the TypeError
+    and ValueError that materialize gives, before anything is written."""
+    x, log, _, _, naive, _, kernel, ws = CASES[op](torch.Generator().manual_seed(17))
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(18))
+    xs = step_inputs(x, 0, op)
+
+    def step(k_log):
+        args = [log[0], k_log, *log[2:]]
+        return (lambda: naive(*xs, base, *args)) if impl == "reference" else (lambda: kernel(*xs, base, *args, ws))
+
+    assert_refused(step(log[1][:, 0].contiguous()), ValueError, r"k_log must be \[B, H[k]?, C, K\] .*\(4-D\)",
+                   [base, *log, ws])
+    assert_refused(step(log[1].tolist()), TypeError, "k_log must be a torch.Tensor; got list", [base, *log, ws])
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_dense_reference_refuses_a_zero_key_size(op):
+    """naive_recurrent_* with K = 0 failed with a ZeroDivisionError inside K ** -0.5: now the decode steps'
+    ValueError."""
+    gen = torch.Generator().manual_seed(19)
+    q, v = torch.randn(1, 2, H, 0, generator=gen), torch.randn(1, 2, H, V, generator=gen)
+    if op == "gdn":
+        call = lambda: naive_recurrent_gated_delta_rule(q, q, v, torch.zeros(1, 2, H), torch.zeros(1, 2, H))  # noqa: E731
+    elif op == "kda":
+        call = lambda: naive_recurrent_kda(q, q, v, torch.zeros(1, 2, H, 0), torch.zeros(1, 2, H))  # noqa: E731
+    else:
+        call = lambda: naive_recurrent_rwkv6(q, q, v, torch.zeros(1, 2, H, 0), torch.zeros(H, 0))  # noqa: E731
+    with pytest.raises(ValueError, match=r"head sizes and head counts must be ≥ 1; got \{'K': 0\}"):
+        call()
+
+
+def test_rwkv6_float32_log_for_float64_activations_is_taken():
+    """The docstring said a log narrower than its activation is refused, yet float32 logs for float64 activations
+    are taken (the caches keep fp32 state for a float64 model). The docstring now says so; this pins the behaviour:
+    the step matches the all-fp64 step to float32 rounding of the logged k and v."""
+    gen = torch.Generator().manual_seed(20)
+    r, k, w = (torch.randn(B, 1, H, K, generator=gen, dtype=torch.float64) for _ in range(3))
+    w = -w.abs() * 0.1
+    v = torch.randn(B, 1, H, V, generator=gen, dtype=torch.float64)
+    u = torch.randn(H, K, generator=gen, dtype=torch.float64)
+    outs = []
+    for log_dtype in (torch.float64, torch.float32):
+        st = [torch.zeros(B, H, K, V, dtype=torch.float64), torch.zeros(B, H, K, dtype=torch.float64),
+              torch.zeros(B, H, M - 1, K, dtype=log_dtype), torch.zeros(B, H, M - 1, V, dtype=log_dtype),
+              torch.zeros(B, H, M - 1, K, dtype=torch.float64), torch.zeros(B, dtype=torch.int64)]
+        for _ in range(2):
+            naive_deltalog_rwkv6_decode(r, k, v, w, u, *st)
+        outs.append(naive_deltalog_rwkv6_materialize(*st))
+    assert outs[1].dtype == torch.float64
+    assert 0 < (outs[1] - outs[0]).abs().max() < 1e-6

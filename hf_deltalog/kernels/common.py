@@ -3,6 +3,7 @@
 import functools
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 # Floor applied to every step's log-decay before it is stored or summed. exp(-104) rounds to 0 in fp32 (the smallest
 # subnormal is exp(-103.3)), so the step decays exactly as the eager recurrence does, while a -inf or -1e4 gate
@@ -118,14 +119,18 @@ def check_disjoint(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -
     the other and corrupt the state without an error. The test compares byte ranges (a strided view's whole range),
     so it may refuse two interleaved views that never touch the same element; the cache's own buffers are separate
     allocations. Host-side only (pointers and strides, no device sync; a few µs per call); skipped while
-    ``torch.compile`` traces the call, whose tensors have no addresses.
+    ``torch.compile`` traces the call and for fake tensors, which have no addresses. So a compiled call of a
+    reference step is not checked; the Triton launchers check again inside their custom op, whose opaque form
+    (``custom_op``: under ``TRITON_INTERPRET=1`` or ``HF_DELTALOG_OPAQUE_OP=1``) runs with real tensors inside a
+    compiled graph too, while a graph compiled from the ``triton_op`` form (a GPU's default) launches the kernels
+    without it.
 
     Args:
         tensors: every tensor argument of the step, by name.
         written: the names of those the step updates in place.
     """
-    if torch.compiler.is_compiling():  # traced tensors have no addresses; the eager call checks them
-        return
+    if torch.compiler.is_compiling() or any(is_fake(t) for t in tensors.values()):
+        return  # traced or fake tensors have no addresses (a fake tensor's data_ptr() reads 0)
     spans = _spans(tensors)
     for i, (start, end, name, dev) in enumerate(spans):
         for start2, _, name2, dev2 in spans[i + 1:]:

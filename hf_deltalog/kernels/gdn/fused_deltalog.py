@@ -62,7 +62,7 @@ from hf_deltalog.kernels._op import (
 )
 from hf_deltalog.kernels._op import _is_int
 from hf_deltalog.kernels._op import interpreting as _interpreting
-from hf_deltalog.kernels.common import check_dims, check_disjoint
+from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks
 
 __all__ = [
     "LaunchConfig", "OP_KIND", "OP_NAME", "deltalog_gdn_workspace", "default_launch_config", "fused_deltalog_gdn_decode",
@@ -411,7 +411,8 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     if tuple(base.shape) != expect_base:
         layout = "[B, HV, V, K]" if state_v_first else "[B, HV, K, V]"
         raise ValueError(f"base must be {layout} = {expect_base} (state_v_first={state_v_first}); got {tuple(base.shape)}")
-    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    check_log_ranks(k_log, u_log, "u_log")
+    C = k_log.shape[2]
     for name, t, shape in (
         ("log_decay", log_decay, (B, HV)),
         ("k_log", k_log, (B, Hk, C, K)),
@@ -451,7 +452,6 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place, so it cannot be copied); got strides "
                              f"{named[name].stride()} for shape {tuple(named[name].shape)}")
-    check_disjoint(named, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim (other strides are free); got strides {t.stride()}")
@@ -474,6 +474,12 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
             state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap, pdl=False):
+    # Here, not in _validate: the opaque custom op runs this body with real tensors inside a compiled graph too
+    # (common.check_disjoint skips traced and fake tensors)
+    check_disjoint(dict(q=q, k=k, v=v, g=g, beta=beta, base=base,
+                        log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log, length=length,
+                        workspace=workspace),
+                   ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
@@ -612,6 +618,11 @@ def fused_deltalog_gdn_decode(
             non-unit last-dim stride on q/k/v, or a launch option's bad value (``block_v`` not a power of two,
             ``num_warps`` / ``prepare_warps`` not in 1, 2, 4, 8, 16, ``heads_per_program`` not a power of two
             dividing ``HV // Hk``), or ``_pdl`` without a CUDA device and ``use_custom_op=False``.
+
+    The shared-memory check needs the tensors' addresses: it runs on every eager call and, inside a graph compiled
+    with ``torch.compile``, only through the opaque form of the custom op (``TRITON_INTERPRET=1`` or
+    ``HF_DELTALOG_OPAQUE_OP=1``); a graph compiled from the ``triton_op`` form (a GPU's default) launches the
+    kernels unchecked, so aliased buffers there are the caller's error (:func:`hf_deltalog.kernels.common.check_disjoint`).
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
               num_warps, heads_per_program, prepare_warps)

@@ -85,6 +85,7 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Ten
         if t.shape != (B, T, HV):
             raise ValueError(f"{name} must be [B, T, HV] = {(B, T, HV)}; got {tuple(t.shape)}")
     check_floating(q=q, k=k, v=v, g=g, beta=beta)
+    check_dims(K=q.shape[3])  # a zero key size would fail inside the default scale K ** -0.5
 
 
 @reference_math
@@ -116,7 +117,8 @@ def naive_recurrent_gated_delta_rule(
         or fp64 when any input is fp64 (use that as the high-precision reference).
 
     Raises:
-        ValueError: on inconsistent shapes.
+        ValueError: on inconsistent shapes or a zero key head size ``K``.
+        TypeError: a non-floating activation.
     """
     _check_heads(q, k, v, g, beta)
     B, T, Hk, K = q.shape
@@ -274,7 +276,8 @@ def naive_deltalog_gdn_decode(
 
     Raises:
         ValueError, TypeError: on inconsistent shapes or dtypes, a zero head size, or an in-place buffer that is
-            not contiguous or shares memory with another argument (checked before anything is written).
+            not contiguous or shares memory with another argument (checked before anything is written; the
+            shared-memory check is skipped when ``torch.compile`` traces the call, whose tensors have no addresses).
     """
     _check_heads(q, k, v, g, beta)
     B, T, Hk, K = q.shape
@@ -282,6 +285,7 @@ def naive_deltalog_gdn_decode(
     if T != 1:
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
     check_dims(Hk=Hk, HV=HV, K=K, V=V)
+    check_log_ranks(k_log, u_log, "u_log")  # before _check_log reads their sizes
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
     check_same_dtype(base=base, log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log)
     check_step_buffers(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,

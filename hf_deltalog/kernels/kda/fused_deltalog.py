@@ -42,7 +42,7 @@ from torch.library import wrap_triton
 from hf_deltalog.kernels._op import (
     check_launch_options, interpreting, launch_device, register_decode_op,
 )
-from hf_deltalog.kernels.common import check_dims, check_disjoint
+from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
 
@@ -243,7 +243,8 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         raise ValueError(f"v must be [B, 1, HV, V] with B = {B} and HV a multiple of Hk = {Hk}; got {tuple(v.shape)}")
     HV, V = v.shape[2], v.shape[3]
     check_dims(Hk=Hk, HV=HV, K=K, V=V)
-    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    check_log_ranks(k_log, u_log, "u_log")
+    C = k_log.shape[2]
     expect_base = (B, HV, V, K) if state_v_first else (B, HV, K, V)
     for name, t, shape in (("g", g, (B, 1, HV, K)), ("beta", beta, (B, 1, HV)), ("base", base, expect_base),
                            ("log_decay", log_decay, (B, HV, K)), ("k_log", k_log, (B, Hk, C, K)),
@@ -273,7 +274,6 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place); got strides "
                              f"{named[name].stride()} for shape {tuple(named[name].shape)}")
-    check_disjoint(named, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     for name in ("q", "k", "v", "g"):
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
@@ -283,6 +283,12 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
             state_v_first, block_v, num_warps, prepare_warps, wrap):
+    # Here, not in _validate: the opaque custom op runs this body with real tensors inside a compiled graph too
+    # (common.check_disjoint skips traced and fake tensors)
+    check_disjoint(dict(q=q, k=k, v=v, g=g, beta=beta, base=base,
+                        log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log, length=length,
+                        workspace=workspace),
+                   ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"))
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
@@ -375,6 +381,8 @@ def fused_deltalog_kda_decode(
         ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
             (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). Messages say what is accepted.
+            The shared-memory check runs on every eager call; under ``torch.compile`` only through the opaque custom
+            op (:func:`hf_deltalog.kernels.common.check_disjoint`).
     """
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)

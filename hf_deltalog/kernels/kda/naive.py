@@ -66,6 +66,7 @@ def _check(q, k, v, g, beta):
     if tuple(beta.shape) != (B, T, HV):
         raise ValueError(f"beta must be [B, T, HV] = {(B, T, HV)}; got {tuple(beta.shape)}")
     check_floating(q=q, k=k, v=v, g=g, beta=beta)
+    check_dims(K=K)  # a zero key size would fail inside the default scale K ** -0.5
     return B, T, Hk, HV, K, v.shape[3]
 
 
@@ -94,7 +95,8 @@ def naive_recurrent_kda(
         or fp64 when any input is fp64.
 
     Raises:
-        ValueError: on inconsistent shapes.
+        ValueError: on inconsistent shapes or a zero key head size ``K``.
+        TypeError: a non-floating activation.
     """
     B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
     G = HV // Hk
@@ -214,12 +216,14 @@ def naive_deltalog_kda_decode(
     Returns:
         ``o`` ``[B, 1, HV, V]`` in ``q.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes,
         a zero head size, or an in-place buffer that is not contiguous or shares memory with another argument
-        (checked before anything is written).
+        (checked before anything is written; the shared-memory check is skipped when ``torch.compile`` traces the
+        call, whose tensors have no addresses).
     """
     B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
     if T != 1:
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
     check_dims(Hk=Hk, HV=HV, K=K, V=V)
+    check_log_ranks(k_log, u_log, "u_log")  # before _check_log reads their sizes
     C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
     check_same_dtype(base=base, log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log)
     check_step_buffers(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,

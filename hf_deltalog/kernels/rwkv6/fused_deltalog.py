@@ -36,7 +36,7 @@ from hf_deltalog.kernels._op import (
     check_launch_options, decode_register_cap, default_prepare_warps, interpreting, launch_device,
     register_decode_op,
 )
-from hf_deltalog.kernels.common import check_dims, check_disjoint
+from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks
 from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
@@ -211,7 +211,8 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
         raise ValueError(f"v must be [B, 1, H, V]; got {tuple(v.shape)}")
     V = v.shape[3]
     check_dims(H=H, K=K, V=V)
-    C = k_log.shape[2] if k_log.dim() == 4 else -1
+    check_log_ranks(k_log, v_log, "v_log", "H", "H")
+    C = k_log.shape[2]
     expect_base = (B, H, V, K) if state_v_first else (B, H, K, V)
     for name, t, shape in (("u", u, (H, K)), ("base", base, expect_base), ("log_decay", log_decay, (B, H, K)),
                            ("k_log", k_log, (B, H, C, K)), ("v_log", v_log, (B, H, C, V)),
@@ -237,7 +238,6 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous; got strides {named[name].stride()} for shape "
                              f"{tuple(named[name].shape)}")
-    check_disjoint(named, ("base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"))
     for name in ("r", "k", "v", "w"):
         if named[name].stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride on its last dim; got strides {named[name].stride()}")
@@ -247,6 +247,12 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
 
 def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
             block_v, num_warps, prepare_warps, wrap):
+    # Here, not in _validate: the opaque custom op runs this body with real tensors inside a compiled graph too
+    # (common.check_disjoint skips traced and fake tensors)
+    check_disjoint(dict(r=r, k=k, v=v, w=w, u=u, base=base,
+                        log_decay=log_decay, k_log=k_log, v_log=v_log, decay_log=decay_log, length=length,
+                        workspace=workspace),
+                   ("base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"))
     B, _, H, K = r.shape
     V = v.shape[3]
     C = k_log.shape[2]
@@ -333,7 +339,9 @@ def fused_deltalog_rwkv6_decode(
             (``block_v``, ``num_warps``, ``prepare_warps``) that is neither None nor an int.
         ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
-            (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16).
+            (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). The shared-memory check runs on every
+            eager call; under ``torch.compile`` only through the opaque custom op
+            (:func:`hf_deltalog.kernels.common.check_disjoint`).
     """
     _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)

@@ -53,6 +53,7 @@ def _check(r, k, v, w, u):
     if tuple(u.shape) != (H, K):
         raise ValueError(f"u (the bonus) must be [H, K] = {(H, K)}; got {tuple(u.shape)}")
     check_floating(r=r, k=k, v=v, w=w, u=u)
+    check_dims(K=K)  # a zero key size would fail inside the default scale K ** -0.5
     return B, T, H, K, v.shape[3]
 
 
@@ -76,7 +77,8 @@ def naive_recurrent_rwkv6(
 
     Returns:
         ``o`` ``[B, T, H, V]`` in ``r.dtype`` and the final state ``[B, H, K, V]`` (or None); fp32 arithmetic, fp64
-        when any input is fp64. Raises ValueError on inconsistent shapes.
+        when any input is fp64. Raises ValueError on inconsistent shapes or a zero key head size ``K``, TypeError on
+        a non-floating input.
     """
     B, T, H, K, V = _check(r, k, v, w, u)
     tensors = (r, k, v, w, u) + (() if initial_state is None else (initial_state,))
@@ -117,8 +119,9 @@ def _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V):
 
 
 def check_log_dtypes(k: torch.Tensor, v: torch.Tensor, k_log: torch.Tensor, v_log: torch.Tensor) -> None:
-    """The key and value logs store ``k`` and ``v`` as they arrive, which is lossless only in their own dtype or in
-    float32 (or float64, for the references): a narrower log (bf16 for fp32 activations) would round every entry.
+    """The key and value logs store ``k`` and ``v`` as they arrive: a log must be their own dtype, float32 or float64
+    (the references). A bf16 log for fp32 activations would round every entry and is refused; a float32 log for
+    float64 activations is taken (the caches keep fp32 state, and so fp32 logs, for a float64 model).
     Raises ``TypeError``."""
     for name, log, x in (("k_log", k_log, k), ("v_log", v_log, v)):
         if log.dtype not in (x.dtype, torch.float32, torch.float64):
@@ -181,13 +184,17 @@ def naive_deltalog_rwkv6_decode(
         :func:`naive_deltalog_rwkv6_materialize` (mutated). scale: default ``K ** -0.5``.
 
     Returns ``o`` ``[B, 1, H, V]`` in ``r.dtype``. Raises ValueError/TypeError on inconsistent shapes or
-    dtypes, a log narrower than its activation (:func:`check_log_dtypes`), a zero head size, or an in-place
-    buffer that is not contiguous or shares memory with another argument (checked before anything is written).
+    dtypes, a key or value log in a dtype that would round its activation's values (:func:`check_log_dtypes`:
+    it must be the activation's dtype, float32 or float64; a float32 log is taken for float64 activations, as
+    the caches keep fp32 state for a float64 model), a zero head size, or an in-place buffer that is not contiguous
+    or shares memory with another argument (checked before anything is written; the shared-memory check is skipped
+    when ``torch.compile`` traces the call, whose tensors have no addresses).
     """
     B, T, H, K, V = _check(r, k, v, w, u)
     if T != 1:
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
     check_dims(H=H, K=K, V=V)
+    check_log_ranks(k_log, v_log, "v_log", "H", "H")  # before _check_log reads their sizes
     C = _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V)
     check_log_dtypes(k, v, k_log, v_log)
     check_same_dtype(base=base, log_decay=log_decay, decay_log=decay_log)
