@@ -468,6 +468,24 @@ class DeltaLogLayer(LinearAttentionLayer):
             return False
         return True
 
+    def check_caller_conv(self, frame: Any) -> None:
+        """At a model's one-token step, before it updates the conv window in place (it has read the window with
+        ``get_conv_state``, and then reads the recurrent state): the calling layer module's ``conv1d`` must have this
+        window's channels and width. Another model's layer failed in ``torch.cat`` inside transformers' conv update
+        (raw ``RuntimeError``), or with another width decoded on with the wrong kernel. ``frame``: the caller's frame
+        (its ``self``; a few tenths of a µs). Raises ``ValueError`` (locks the cache: earlier layers have advanced)."""
+        window = self.conv_states[0] if self.has_previous_state[0] else None
+        owner = frame.f_locals.get("self") if frame is not None else None
+        weight = getattr(getattr(owner, "conv1d", None), "weight", None)
+        if window is None or window.dim() != 3 or not isinstance(weight, torch.Tensor) or weight.dim() != 3:
+            return
+        width = self.conv_kernel_size.get(0)
+        if weight.shape[0] != window.shape[1] or (width is not None and weight.shape[-1] != width):
+            raise self.status.reject(
+                f"layer {self.layer_idx}: the model's conv1d has {weight.shape[0]} channels of width {weight.shape[-1]}, "
+                f"but this cache's conv window holds {window.shape[1]} channels of width {width}: the cache belongs to "
+                "a model with another configuration; build the cache from the model that uses it")
+
     # ------------------------------------------------------------------ transformers' layer API
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
                           **kwargs) -> torch.Tensor:
@@ -1444,6 +1462,8 @@ class DeltaLogCache(DynamicCache):
         # call counts as the model's step. Dynamic mode inspects it (dynamo breaks the graph there).
         if (self.static and torch.compiler.is_compiling()) or _called_by_a_module(layer_idx):
             self._begin_layer_step(layer_idx, "get_recurrent_state")
+            if not torch.compiler.is_compiling():
+                layer.check_caller_conv(_caller_outside_this_file())
             layer._in_step = True
         return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
 
