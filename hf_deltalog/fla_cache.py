@@ -526,9 +526,11 @@ def _gates(operator: str, a: dict[str, Any], g: torch.Tensor | None, beta: torch
 
 
 def _layer_geometry(config: Any) -> str:
-    """What else sizes the states FLA's layers keep: the short convolutions (``use_short_conv``, ``conv_size``) and
-    the attention specs of a hybrid (``config.attn``), as a string to compare."""
-    return json.dumps(dict(use_short_conv=getattr(config, "use_short_conv", None),
+    """What else sizes the states FLA's layers keep: the hidden size (RWKV6's token-shift states are ``[B,
+    hidden_size]``, and the attention layers' heads divide it), the short convolutions (``use_short_conv``,
+    ``conv_size``) and the attention specs of a hybrid (``config.attn``), as a string to compare."""
+    return json.dumps(dict(hidden_size=getattr(config, "hidden_size", None),
+                           use_short_conv=getattr(config, "use_short_conv", None),
                            conv_size=getattr(config, "conv_size", None), attn=getattr(config, "attn", None)),
                       sort_keys=True, default=str)
 
@@ -600,6 +602,7 @@ class FLADeltaLogCache(FLACache):
         self._auto_merge = merge_interval is None
         self._shared = _Shared()
         self._fingerprint = (spec.model_type, tuple(self._linear), self._dims, _layer_geometry(config))
+        self._hidden_size = getattr(config, "hidden_size", None)
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         self._stopped_generate: str | None = None  # see hf_deltalog.cache.note_stopped_generate
@@ -737,8 +740,12 @@ class FLADeltaLogCache(FLACache):
         window in place right after this read, and FLA's conv kernel writes out of bounds when the input has more rows
         than the state, before any later check could run. Reads the layer frame's locals once per forward (a few µs).
 
+        The layer's input must also have the hidden size of the model the cache was built for: RWKV6's token-shift
+        states are ``[B, hidden_size]``, and another size failed inside FLA's layer with a raw ``RuntimeError``.
+
         Raises:
-            ValueError: another number of rows while the cache holds tokens (nothing has changed yet).
+            ValueError: another number of rows, or another hidden size, while the cache holds tokens (nothing has
+                changed yet).
         """
         if self.get_seq_length() == 0 or self.batch_size < 0:
             return  # (before reading the frame's locals)
@@ -748,6 +755,12 @@ class FLADeltaLogCache(FLACache):
         if cu_seqlens is None and isinstance(extra, dict):
             cu_seqlens = extra.get("cu_seqlens")
         x = local.get("hidden_states")
+        hidden = getattr(self, "_hidden_size", None)  # (absent on a cache pickled before it was recorded)
+        if isinstance(x, torch.Tensor) and x.dim() == 3 and isinstance(hidden, int) and x.shape[-1] != hidden:
+            raise ValueError(
+                f"layer {layer_idx}: this DeltaLogCache was built for an FLA {self.model_type!r} model of hidden size "
+                f"{hidden}, but the layer's input has {x.shape[-1]}: the cache belongs to a model with another "
+                "configuration; build the cache from the model that uses it")
         self._refuse_other_rows(cu_seqlens.shape[0] - 1 if isinstance(cu_seqlens, torch.Tensor) else
                                 x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 3 else None, layer_idx)
 
@@ -894,7 +907,7 @@ class FLADeltaLogCache(FLACache):
         if theirs != self._fingerprint:
             raise ValueError(
                 f"this DeltaLogCache was built for an FLA {self.model_type!r} model with recurrent layers "
-                f"{self._fingerprint[1]}, (Hk, HV, K, V) = {self._dims} and short-conv / attention settings "
+                f"{self._fingerprint[1]}, (Hk, HV, K, V) = {self._dims} and hidden-size / short-conv / attention settings "
                 f"{self._fingerprint[3]}, but generate was called on a "
                 f"{getattr(config, 'model_type', None)!r} model with another configuration; build the cache from the "
                 "model that uses it"

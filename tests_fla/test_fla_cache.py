@@ -464,6 +464,34 @@ def test_the_configuration_check_covers_conv_width_and_attention_specs():
     assert _linear_layers(config) == [True, False, True, False]
 
 
+def test_a_model_of_another_hidden_size_is_refused():
+    """RWKV6's token-shift states are [B, hidden_size], and the configuration check left the hidden size out: a model
+    with the same heads (H, K, V) but twice the hidden size failed inside FLA's layer with a raw RuntimeError, through
+    generate and through a manual forward, and the cache was then locked as if a forward had been interrupted (found
+    by the 48th review). generate now refuses it up front and a manual forward at the layer's first read, both with a
+    ValueError, changing nothing: the cache's own model continues with FLA's cache's tokens."""
+    from fla.models import RWKV6Config, RWKV6ForCausalLM
+    from helpers import COMMON, generate_ref
+
+    model, ids = tiny_model("rwkv6", layers=1), prompt_ids(2, 3)
+    torch.manual_seed(0)
+    wide = RWKV6ForCausalLM(RWKV6Config(**dict(COMMON, hidden_size=128, num_hidden_layers=1), num_heads=2,
+                                        expand_k=0.125, expand_v=0.25, proj_low_rank_dim=8,
+                                        gate_low_rank_dim=8)).eval()  # the same H = 2, K = 8, V = 16
+    cache = DeltaLogCache(model, merge_interval=2, backend="torch")
+    out = generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
+    ref_out, ref = generate_ref(model, ids, max_new_tokens=3, do_sample=False)
+    assert torch.equal(out, ref_out)
+    with pytest.raises(ValueError, match="hidden-size / short-conv / attention settings .*another configuration"):
+        generate_ours(wide, out, cache, max_new_tokens=2, do_sample=False)
+    with torch.no_grad(), pytest.raises(ValueError, match="hidden size 64, but the layer's input has 128"):
+        wide(out[:, -1:], past_key_values=cache, use_cache=True)
+    more = torch.cat([out, prompt_ids(2, 1, seed=5)], 1)
+    with torch.no_grad(), fla_cache_reaches_model(model):
+        expected = model.generate(more, past_key_values=ref, max_new_tokens=3, do_sample=False)
+    assert torch.equal(generate_ours(model, more, cache, max_new_tokens=3, do_sample=False), expected)
+
+
 def test_a_legacy_copy_is_a_snapshot():
     """to_legacy_cache() hands out the dense state (materialize), not the live handle: a step decoded through the
     tuple (FLA wraps it with Cache.from_legacy_cache) leaves the cache as it was. With the handle it advanced this
