@@ -952,20 +952,30 @@ def _caller_outside_this_file():
     return frame
 
 
-def _called_by_a_module(layer_idx: int | None = None) -> bool:
+def _called_by_a_module(layer_idx: int | None = None, conv_of: DeltaLogLayer | None = None) -> bool:
     """Whether the first caller outside this file is a method of a ``torch.nn.Module`` (a model's forward calling the
     cache), not user code reading it; with ``layer_idx``, a module of that layer (its ``layer_idx`` attribute), so
     that a wrapper's forward or a probe module's hook that reads a layer's state is not taken for the layer's own step.
     Code of transformers' models (``transformers.models.*``, and ``transformers_modules.*`` for remote code) answers
-    from the module name, about 0.2 µs; other callers from the frame's ``self``, a few µs."""
+    from the module name, about 0.2 µs; other callers from the frame's ``self``, a few µs.
+
+    With ``conv_of`` (the layer a model's step is about to run), a module caller's ``conv1d`` is also checked against
+    that layer's conv window (:meth:`DeltaLogLayer.check_caller_conv`, which raises): here, because this function
+    reads frames and so runs eagerly even inside a forward compiled without ``fullgraph`` (dynamo breaks the graph
+    on it), where a check after it would be traced and pruned."""
     frame = _caller_outside_this_file()
     if frame is None:
         return False
     name = frame.f_globals.get("__name__", "")
     if name.startswith(("transformers.models.", "transformers_modules.")):
+        if conv_of is not None:
+            conv_of.check_caller_conv(frame)
         return True
     owner = frame.f_locals.get("self")
-    return isinstance(owner, torch.nn.Module) and (layer_idx is None or getattr(owner, "layer_idx", None) == layer_idx)
+    called = isinstance(owner, torch.nn.Module) and (layer_idx is None or getattr(owner, "layer_idx", None) == layer_idx)
+    if called and conv_of is not None:
+        conv_of.check_caller_conv(frame)
+    return called
 
 
 def check_kernel_dtype(backend: str, model: Any, remedy: str) -> None:
@@ -1460,10 +1470,8 @@ class DeltaLogCache(DynamicCache):
         # A read from user code (not a module's forward) is only a read. Static mode under torch.compile does not
         # inspect the caller's frame (dynamo cannot trace it; a graph break would split a captured step): a traced
         # call counts as the model's step. Dynamic mode inspects it (dynamo breaks the graph there).
-        if (self.static and torch.compiler.is_compiling()) or _called_by_a_module(layer_idx):
+        if (self.static and torch.compiler.is_compiling()) or _called_by_a_module(layer_idx, conv_of=layer):
             self._begin_layer_step(layer_idx, "get_recurrent_state")
-            if not torch.compiler.is_compiling():
-                layer.check_caller_conv(_caller_outside_this_file())
             layer._in_step = True
         return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
 

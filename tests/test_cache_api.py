@@ -120,23 +120,27 @@ def test_cache_of_another_model_is_rejected():
         forward(tiny_model("qwen3_5"), ids, DeltaLogCache(short))
 
 
-@pytest.mark.parametrize("other", ["kimi_linear", "head_dim", "conv_width"])
+@pytest.mark.parametrize("other", ["kimi_linear", "head_dim", "conv_width", "conv_width_compiled"])
 def test_manual_step_of_another_models_layer_is_refused_before_its_conv_update(other):
     """A one-token forward of another model on a filled cache: its layer reads the conv window and the recurrent
     state, then updates the window in place. Another channel count failed inside transformers' conv update with a raw
     RuntimeError (torch.cat), and another conv width (same family and head sizes) decoded on with the wrong kernel
     until the recurrence's checks; now the recurrent-state read compares the calling layer's conv1d with the window
-    (ValueError naming both, cache locked as for every refusal inside a forward)."""
+    (ValueError naming both, cache locked as for every refusal inside a forward). Also inside a forward compiled
+    without fullgraph (found by the 50th review: a check placed after the frame read was traced and pruned there)."""
     ids = prompt_ids(2, 6)
     qwen = tiny_model("qwen3_5")
-    overrides = {"head_dim": dict(linear_key_head_dim=16), "conv_width": dict(linear_conv_kernel_dim=3)}
+    overrides = {"head_dim": dict(linear_key_head_dim=16), "conv_width": dict(linear_conv_kernel_dim=3),
+                 "conv_width_compiled": dict(linear_conv_kernel_dim=3)}
     model = tiny_model(other) if other == "kimi_linear" else \
         transformers.Qwen3_5ForCausalLM(family_config("qwen3_5", **overrides[other])).eval()
     cache = DeltaLogCache(qwen)
     forward(qwen, ids, cache)
-    with pytest.raises(ValueError, match=r"layer 0: the model's conv1d has \d+ channels of width \d+, but this cache's "
-                                         r"conv window holds \d+ channels of width 4"):
-        forward(model, ids[:, :1], cache)
+    step = model.forward if other != "conv_width_compiled" else torch.compile(model.forward, backend="aot_eager")
+    with torch.no_grad(), pytest.raises(ValueError, match=r"layer 0: the model's conv1d has \d+ channels of width "
+                                                          r"\d+, but this cache's conv window holds \d+ channels of "
+                                                          r"width 4"):
+        step(ids[:, :1], cache=cache, use_cache=True)
     with pytest.raises(ValueError, match="left inconsistent by a call it refused part-way"):
         forward(qwen, ids[:, :1], cache)
 
