@@ -525,11 +525,13 @@ def _gates(operator: str, a: dict[str, Any], g: torch.Tensor | None, beta: torch
     return g.contiguous(), beta.contiguous()
 
 
-def _layer_geometry(config: Any) -> str:
+def _layer_geometry(config: Any, with_hidden_size: bool = True) -> str:
     """What else sizes the states FLA's layers keep: the hidden size (RWKV6's token-shift states are ``[B,
     hidden_size]``, and the attention layers' heads divide it), the short convolutions (``use_short_conv``,
-    ``conv_size``) and the attention specs of a hybrid (``config.attn``), as a string to compare."""
-    return json.dumps(dict(hidden_size=getattr(config, "hidden_size", None),
+    ``conv_size``) and the attention specs of a hybrid (``config.attn``), as a string to compare.
+    ``with_hidden_size=False`` leaves the hidden size out (null), to compare with a cache pickled before it was
+    recorded."""
+    return json.dumps(dict(hidden_size=getattr(config, "hidden_size", None) if with_hidden_size else None,
                            use_short_conv=getattr(config, "use_short_conv", None),
                            conv_size=getattr(config, "conv_size", None), attn=getattr(config, "attn", None)),
                       sort_keys=True, default=str)
@@ -620,6 +622,11 @@ class FLADeltaLogCache(FLACache):
         """Unpickling (and ``copy.deepcopy``) binds FLA's layers and generate's hand-over as the constructor does (a
         cache loaded in a process that built none); not after a deliberate ``unpatch_fla()`` / ``hf_deltalog.unpatch()``."""
         self.__dict__.update(state)
+        if "_hidden_size" not in state:  # pickled before the hidden size was recorded: compared without it
+            self._hidden_size = None
+            geometry = json.loads(self._fingerprint[3])
+            geometry["hidden_size"] = None
+            self._fingerprint = (*self._fingerprint[:3], json.dumps(geometry, sort_keys=True, default=str))
         from hf_deltalog.patches.fla import _UNPATCHED
         from hf_deltalog.patches.registry import _patch_generation
 
@@ -755,7 +762,7 @@ class FLADeltaLogCache(FLACache):
         if cu_seqlens is None and isinstance(extra, dict):
             cu_seqlens = extra.get("cu_seqlens")
         x = local.get("hidden_states")
-        hidden = getattr(self, "_hidden_size", None)  # (absent on a cache pickled before it was recorded)
+        hidden = self._hidden_size  # None on a cache pickled before it was recorded (__setstate__)
         if isinstance(x, torch.Tensor) and x.dim() == 3 and isinstance(hidden, int) and x.shape[-1] != hidden:
             raise ValueError(
                 f"layer {layer_idx}: this DeltaLogCache was built for an FLA {self.model_type!r} model of hidden size "
@@ -902,7 +909,8 @@ class FLADeltaLogCache(FLACache):
         if config is None:
             return
         spec = fla_family_of(config)
-        theirs = (spec.model_type, tuple(_linear_layers(config)), spec.dims(config), _layer_geometry(config)) \
+        theirs = (spec.model_type, tuple(_linear_layers(config)), spec.dims(config),
+                  _layer_geometry(config, with_hidden_size=self._hidden_size is not None)) \
             if spec is not None else (getattr(config, "model_type", None),)
         if theirs != self._fingerprint:
             raise ValueError(

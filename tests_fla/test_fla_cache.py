@@ -492,6 +492,31 @@ def test_a_model_of_another_hidden_size_is_refused():
     assert torch.equal(generate_ours(model, more, cache, max_new_tokens=3, do_sample=False), expected)
 
 
+def test_a_cache_pickled_before_the_hidden_size_was_recorded_continues():
+    """A cache pickled by the version before the hidden-size check has no `_hidden_size` and a configuration
+    fingerprint without it: generate refused it on the very model it was built for (found by the 50th review).
+    Unpickling now compares such a cache without the hidden size, and it continues with FLA's cache's tokens."""
+    import json
+    import pickle
+
+    from helpers import generate_ref
+
+    model, ids = tiny_model("gated_deltanet"), prompt_ids(2, 3, seed=21)
+    cache = DeltaLogCache(model, merge_interval=2, backend="torch")
+    out = generate_ours(model, ids, cache, max_new_tokens=3, do_sample=False)
+    del cache._hidden_size  # what the older version pickled
+    geometry = json.loads(cache._fingerprint[3])
+    del geometry["hidden_size"]
+    cache._fingerprint = (*cache._fingerprint[:3], json.dumps(geometry, sort_keys=True, default=str))
+    restored = pickle.loads(pickle.dumps(cache))
+    more = torch.cat([out, prompt_ids(2, 1, seed=22)], 1)
+    ref_out, ref = generate_ref(model, ids, max_new_tokens=3, do_sample=False)
+    assert torch.equal(out, ref_out)
+    with torch.no_grad(), fla_cache_reaches_model(model):
+        expected = model.generate(more, past_key_values=ref, max_new_tokens=3, do_sample=False)
+    assert torch.equal(generate_ours(model, more, restored, max_new_tokens=3, do_sample=False), expected)
+
+
 def test_a_legacy_copy_is_a_snapshot():
     """to_legacy_cache() hands out the dense state (materialize), not the live handle: a step decoded through the
     tuple (FLA wraps it with Cache.from_legacy_cache) leaves the cache as it was. With the handle it advanced this
