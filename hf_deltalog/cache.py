@@ -168,8 +168,8 @@ class _Status:
 
     def reject(self, message: str) -> ValueError:
         """Record that a forward was refused part-way (earlier layers may already have advanced) and build the error."""
-        self.broken = ("was left inconsistent by a call it refused part-way through a forward (some layers had "
-                       f"already advanced): {message}")
+        self.broken = ("was locked by a call it refused inside a forward (the layers that ran before it in that "
+                       f"forward may have advanced): {message}")
         return ValueError(message)
 
     def check(self) -> None:
@@ -239,6 +239,19 @@ class DeltaLogState:
 
     def __init__(self, layer: DeltaLogLayer):
         self.layer = layer
+
+    def __getattr__(self, name: str):
+        """A missing attribute (``.shape``, ``.clone``, ...): the handle was taken for a tensor. Reading it changes
+        nothing; the error says how to get the tensor."""
+        if name.startswith("__") or name == "layer":
+            raise AttributeError(name)
+        try:
+            idx = object.__getattribute__(self, "layer").layer_idx
+        except AttributeError:
+            idx = "layer_idx"
+        raise AttributeError(
+            f"DeltaLogState has no attribute {name!r}: the recurrent state a DeltaLogCache hands out is a handle, not "
+            f"a tensor; cache.materialize({idx}) gives the dense [B, HV, K, V] fp32 state it stands for")
 
     def recurrent(self, upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm, kwargs):
         return self.layer._recurrent(upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm,
@@ -358,7 +371,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             if not on_gpu and not interpreting():
                 raise ValueError(
                     f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
-                    "triton is imported; use backend='torch' on the CPU"
+                    "triton is imported; build a new DeltaLogCache(model, backend='torch') for the CPU (reset() keeps "
+                    "the backend)"
                 )
             if act_dtype not in (None, *KERNEL_ACT_DTYPES):
                 raise ValueError(
@@ -1222,7 +1236,8 @@ class DeltaLogCache(DynamicCache):
             self._status.check()
         if not 0 <= layer_idx < len(self.layers):
             message = (f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} "
-                       f"config with {len(self.layers)} layers; build the cache from the model that uses it")
+                       f"config with {len(self.layers)} layers (indices 0 to {len(self.layers) - 1}); build the cache "
+                       "from the model that uses it")
             raise self._refusal(message) if in_forward else ValueError(message)
         return self.layers[layer_idx]
 
@@ -1424,9 +1439,22 @@ class DeltaLogCache(DynamicCache):
         setattr(layer, flag, False)  # transformers' lazy initialisation allocates it again for the new batch
 
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
-        self._require_linear(layer_idx)
+        """transformers' read of a linear-attention layer's conv window ``state_idx`` (None before prefill).
+
+        Raises:
+            TypeError: ``layer_idx`` or ``state_idx`` is not an int.
+            ValueError: no such layer, not a linear-attention layer, or a ``state_idx`` the layer does not keep.
+        """
+        check_layer_index(layer_idx)
+        if isinstance(state_idx, bool) or not isinstance(state_idx, numbers.Integral):
+            raise TypeError(f"state_idx must be an int; got {state_idx!r}")
+        layer_idx, state_idx = int(layer_idx), int(state_idx)
+        layer = self._require_linear(layer_idx)
         if layer_idx == 0:  # the model updates the window it gets here in place
             self._track_inference_mode()
+        if state_idx not in layer.has_previous_state:
+            raise ValueError(f"layer {layer_idx} keeps conv states {sorted(layer.has_previous_state)}; got state_idx "
+                             f"{state_idx}")
         return super().get_conv_state(layer_idx, state_idx)
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
@@ -1439,6 +1467,10 @@ class DeltaLogCache(DynamicCache):
     def _require_linear(self, layer_idx: int) -> DeltaLogLayer:
         layer = self._layer(layer_idx)
         if not isinstance(layer, DeltaLogLayer):
+            if not _called_by_a_module():  # user code reading the cache: name the layers it may read
+                linear = [i for i, x in enumerate(self.layers) if isinstance(x, DeltaLogLayer)]
+                raise self._refusal(f"layer {layer_idx} is a {type(layer).__name__} (attention), not a "
+                                    f"linear-attention layer; the linear-attention layers are {linear}")
             raise self._refusal(
                 f"the model treats layer {layer_idx} as linear attention, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is a {type(layer).__name__}; build the cache from the model that uses it"
@@ -1990,7 +2022,8 @@ def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input
     if input_ids.shape[1] <= held:
         raise ValueError(
             f"this DeltaLogCache already holds {held} tokens; continuing it takes the whole conversation (those "
-            f"{held} tokens followed by new ones), but generate got {input_ids.shape[1]}. For an unrelated prompt "
+            f"{held} tokens followed by at least one new one), but generate got {input_ids.shape[1]} tokens, none "
+            "new. For an unrelated prompt "
             "call cache.reset() or build a new DeltaLogCache"
         )
     if ledger is not None and ledger.shape == (input_ids.shape[0], held):

@@ -222,7 +222,8 @@ class FLADeltaLogLayer(FLALayer):
             if device.type != "cuda" and not interpreting():
                 raise ValueError(
                     f"backend='triton' needs CUDA tensors (the state is on {device}) or TRITON_INTERPRET=1 set before "
-                    "triton is imported; use backend='torch' on the CPU"
+                    "triton is imported; build a new DeltaLogCache(model, backend='torch') for the CPU (reset() keeps "
+                    "the backend)"
                 )
             return "triton"
         return "triton" if (device.type == "cuda" and _triton_decoder(self.spec.operator) is not None) else "torch"

@@ -133,6 +133,8 @@ class GraphDecoder:
                  record_margins: bool = False):
         if not (isinstance(capture, bool) or (isinstance(capture, str) and capture == "auto")):
             raise ValueError(f"capture must be True, False or 'auto'; got {capture!r}")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a transformers causal LM (a torch.nn.Module); got {type(model).__name__}")
         self.model, self.cache = model, cache
         self.record_margins = bool(record_margins)
         self.max_cache_len = max_cache_len_of(cache)

@@ -97,7 +97,7 @@ def test_cache_of_another_model_is_rejected():
     forward(qwen, ids, cache)
     with pytest.raises(ValueError, match="built for model_type 'qwen3_5_text' but is used by a 'olmo_hybrid' model"):
         forward(olmo, ids[:, :1], cache)
-    with pytest.raises(ValueError, match="left inconsistent by a call it refused part-way"):
+    with pytest.raises(ValueError, match="was locked by a call it refused inside a forward"):
         forward(qwen, ids[:, :1], cache)
     cache.reset()
     assert max_abs(forward(qwen, ids, cache), forward(qwen, ids, DeltaLogCache(qwen))) == 0
@@ -141,7 +141,7 @@ def test_manual_step_of_another_models_layer_is_refused_before_its_conv_update(o
                                                           r"\d+, but this cache's conv window holds \d+ channels of "
                                                           r"width 4"):
         step(ids[:, :1], cache=cache, use_cache=True)
-    with pytest.raises(ValueError, match="left inconsistent by a call it refused part-way"):
+    with pytest.raises(ValueError, match="was locked by a call it refused inside a forward"):
         forward(qwen, ids[:, :1], cache)
 
 
@@ -730,7 +730,7 @@ def test_a_manual_step_after_a_stopped_forward_is_refused(family, where, layer, 
             model(ids if phase == "prefill" else nxt, past_key_values=cache, use_cache=True)
         with pytest.raises(ValueError, match="inconsistent.*cache.reset"):
             model(nxt, past_key_values=cache, use_cache=True)
-        with pytest.raises(ValueError, match="left inconsistent by a call it refused.*cache.reset"):  # locked
+        with pytest.raises(ValueError, match="locked by a call it refused.*cache.reset"):  # locked
             model(nxt, past_key_values=cache, use_cache=True)
         cache.reset()
         fresh = DeltaLogCache(model, backend="torch", merge_interval=3)
@@ -1904,7 +1904,7 @@ def test_a_model_with_more_layers_refused_past_the_last_layer_locks_the_cache(st
     with pytest.raises(ValueError, match="layer 2 does not exist"):
         forward(longer, out[:, -1:], cache)
     follow = torch.cat([out, prompt_ids(2, 2, seed=9)], 1)
-    with pytest.raises(ValueError, match="left inconsistent by a call it refused part-way.*cache.reset"):
+    with pytest.raises(ValueError, match="was locked by a call it refused inside a forward.*cache.reset"):
         right.generate(follow, cache=cache, max_new_tokens=2, do_sample=False)
     with pytest.raises(ValueError, match="left inconsistent"):
         forward(right, out[:, -1:], cache)
@@ -2267,3 +2267,50 @@ def test_compiled_static_steps_after_an_inference_mode_prefill():
         for x in (first[:, -1:], prompt_ids(2, 1, seed=30)):
             assert max_abs(indexed(x, past_key_values=ours, use_cache=True).logits,
                            indexed(x, past_key_values=theirs, use_cache=True).logits) <= 1e-5
+
+
+def test_user_mistakes_get_messages_that_say_what_to_do():
+    """Messages the 52nd review found unclear, each for a likely mistake; none of these reads changes the cache."""
+    model = tiny_model("qwen3_5")  # layers: linear, attention, linear, attention
+    cache = DeltaLogCache(model, backend="torch")
+    out = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=2, do_sample=False)
+    state = cache.materialize(0)
+    # the handle taken for a tensor: was a bare "'DeltaLogState' object has no attribute 'shape'"
+    with pytest.raises(AttributeError, match=r"has no attribute 'shape': .* is a handle, not a tensor; "
+                                             r"cache.materialize\(0\) gives"):
+        cache.get_recurrent_state(0).shape  # noqa: B018
+    # get_conv_state's arguments: were KeyError: 5 and raw TypeErrors
+    with pytest.raises(ValueError, match=r"layer 0 keeps conv states \[0\]; got state_idx 5"):
+        cache.get_conv_state(0, 5)
+    with pytest.raises(TypeError, match="layer_idx must be an int; got 'a'"):
+        cache.get_conv_state("a")
+    with pytest.raises(TypeError, match="state_idx must be an int; got 1.0"):
+        cache.get_conv_state(0, 1.0)
+    # an attention layer read from user code: was "the model treats layer 1 as linear attention ... build the cache"
+    with pytest.raises(ValueError, match=r"layer 1 is a DynamicLayer \(attention\), not a linear-attention layer; "
+                                         r"the linear-attention layers are \[0, 2\]"):
+        cache.get_recurrent_state(1)
+    with pytest.raises(ValueError, match=r"layer -1 does not exist: .* 4 layers \(indices 0 to 3\)"):
+        cache.get_recurrent_state(-1)
+    # generate given only the held tokens: was "... but generate got 6" next to "holds 6"
+    with pytest.raises(ValueError, match=r"holds 6 tokens; .* at least one new one\), but generate got 6 tokens, "
+                                         r"none new"):
+        model.generate(out[:, :6], cache=cache, max_new_tokens=1, do_sample=False)
+    assert torch.equal(cache.materialize(0), state) and cache.get_seq_length() == 6
+    assert model.generate(out, cache=cache, max_new_tokens=1, do_sample=False).shape == (2, 8)
+    # a model passed to patch / is_patched: the message held the model's whole module tree
+    with pytest.raises(TypeError, match=r"got a Qwen3_5ForCausalLM \(pass its config.model_type, 'qwen3_5_text'\)$"):
+        hf_deltalog.is_patched(model)
+    with pytest.raises(TypeError, match=r"list of them; got a Qwen3_5ForCausalLM \(pass its config.model_type"):
+        hf_deltalog.patch(model)
+
+
+def test_triton_backend_on_the_cpu_says_a_new_cache_is_needed(monkeypatch):
+    """backend='triton' on a CPU model without the interpreter: the refusal now says that reset() keeps the backend
+    (a reset cache repeated the refusal) and that a new cache with backend='torch' is the way on. (This process runs
+    Triton under the interpreter, where the backend works on the CPU: the cache is told it does not.)"""
+    monkeypatch.setattr("hf_deltalog.cache.interpreting", lambda: False)
+    model = tiny_model("qwen3_5")
+    with pytest.raises(ValueError, match=r"build a new DeltaLogCache\(model, backend='torch'\) for the CPU "
+                                         r"\(reset\(\) keeps the backend\)"):
+        model.generate(prompt_ids(2, 5), cache=DeltaLogCache(model, backend="triton"), max_new_tokens=1)

@@ -359,3 +359,16 @@ def test_rwkv6_float32_log_for_float64_activations_is_taken():
         outs.append(naive_deltalog_rwkv6_materialize(*st))
     assert outs[1].dtype == torch.float64
     assert 0 < (outs[1] - outs[0]).abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_workspace_helpers_check_their_sizes(op):
+    """A negative C gave a workspace with no error, and a float size a torch-internal message (52nd review)."""
+    helper = {"gdn": lambda *a: deltalog_gdn_workspace(2, 2, 4, *a, "cpu"),
+              "kda": lambda *a: deltalog_kda_workspace(2, 2, 4, *a, "cpu"),
+              "rwkv6": lambda *a: deltalog_rwkv6_workspace(2, 4, *a, "cpu")}[op]
+    with pytest.raises(ValueError, match=r"C must be ≥ 0 \(C = M − 1 log slots\); got -1"):
+        helper(8, -1)
+    with pytest.raises(TypeError, match="K must be an int; got 2.5"):
+        helper(2.5, 7)
+    assert helper(8, 0).shape[0] == 2

@@ -666,3 +666,10 @@ def test_a_compiled_read_of_a_dynamic_cache_is_only_a_read():
         out = model.generate(turn, cache=cache, max_new_tokens=4, do_sample=False)
     torch._dynamo.reset()
     assert torch.equal(out, model.generate(turn, max_new_tokens=4, do_sample=False))
+
+
+def test_graph_decoder_refuses_a_model_that_is_not_a_module():
+    """GraphDecoder(None, ...) failed with "'NoneType' object has no attribute 'parameters'" (52nd review)."""
+    cache = DeltaLogCache(tiny_model("qwen3_5"), static=True, max_cache_len=16)
+    with pytest.raises(TypeError, match="model must be a transformers causal LM .*; got NoneType"):
+        GraphDecoder(None, cache, capture=False)

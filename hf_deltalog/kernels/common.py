@@ -1,6 +1,7 @@
 """Constants and helpers shared by every DeltaLog operator."""
 
 import functools
+import numbers
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -57,6 +58,21 @@ def check_dims(**sizes: int) -> None:
     bad = {name: n for name, n in sizes.items() if n < 1}
     if bad:
         raise ValueError(f"head sizes and head counts must be ≥ 1; got {bad}")
+
+
+def check_workspace_sizes(**sizes) -> None:
+    """Check a workspace helper's sizes (``B``, head counts, ``K``, ``C = M − 1`` log slots): ints ≥ 0. (A zero
+    head size is refused by the launchers, :func:`check_dims`.)
+
+    Raises:
+        TypeError: a size that is not an int (a bool or a float is not one; a numpy integer is).
+        ValueError: a negative size.
+    """
+    for name, n in sizes.items():
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"{name} must be an int; got {n!r}")
+        if n < 0:
+            raise ValueError(f"{name} must be ≥ 0 (C = M − 1 log slots); got {n}")
 
 
 def check_log_ranks(k_log, value_log, value_name: str, key_heads: str = "Hk", value_heads: str = "HV") -> None:

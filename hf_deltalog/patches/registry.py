@@ -128,6 +128,16 @@ def supported_description() -> str:
             f"{', '.join(supported_fla_model_types())} (fla.models)")
 
 
+def _shown(value: Any) -> str:
+    """``value`` for a TypeError about model type names: its repr, except for objects such as a model, whose repr is
+    its whole module tree: their type, and the ``config.model_type`` to pass instead when they have one."""
+    if isinstance(value, (str, list, tuple, int, float, type(None))):
+        return repr(value)
+    name = getattr(getattr(value, "config", None), "model_type", None)
+    hint = f" (pass its config.model_type, {name!r})" if isinstance(name, str) else ""
+    return f"a {type(value).__name__}{hint}"
+
+
 def check_model_type_names(model_types: Any) -> list[str]:
     """``model_types`` (None, a name, or a list / tuple of names) as a list of names (None: empty list).
 
@@ -138,13 +148,13 @@ def check_model_type_names(model_types: Any) -> list[str]:
         return []
     names = [model_types] if isinstance(model_types, str) else model_types
     if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"model_types must be None, a model type name or a list of them; got {model_types!r}")
+        raise TypeError(f"model_types must be None, a model type name or a list of them; got {_shown(model_types)}")
     return list(names)
 
 
 def _resolve(model_type: str) -> FamilySpec:
     if not isinstance(model_type, str):
-        raise TypeError(f"model_type must be a model type name (a str); got {model_type!r}")
+        raise TypeError(f"model_type must be a model type name (a str); got {_shown(model_type)}")
     spec = FAMILIES.get(_WRAPPERS.get(model_type, model_type))
     if spec is None:
         raise ValueError(f"model_type {model_type!r} has no DeltaLog binding; supported: {supported_description()}")
@@ -471,7 +481,7 @@ def is_patched(model_type: str) -> bool:
     from hf_deltalog.patches.fla import FLA_FAMILIES, is_fla_patched
 
     if not isinstance(model_type, str):
-        raise TypeError(f"model_type must be a model type name (a str); got {model_type!r}")
+        raise TypeError(f"model_type must be a model type name (a str); got {_shown(model_type)}")
     if model_type in FLA_FAMILIES:
         return is_fla_patched(model_type)
     spec = _resolve(model_type)

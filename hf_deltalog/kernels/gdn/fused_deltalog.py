@@ -62,7 +62,7 @@ from hf_deltalog.kernels._op import (
 )
 from hf_deltalog.kernels._op import _is_int
 from hf_deltalog.kernels._op import interpreting as _interpreting
-from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks
+from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks, check_workspace_sizes
 
 __all__ = [
     "LaunchConfig", "OP_KIND", "OP_NAME", "deltalog_gdn_workspace", "default_launch_config", "fused_deltalog_gdn_decode",
@@ -334,7 +334,9 @@ def deltalog_gdn_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: tor
     """The scratch buffer :func:`fused_deltalog_gdn_decode` needs: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 1]``.
 
     Its content between calls does not matter; allocate it once per cache layer (a stable address for CUDA graphs).
+    Raises TypeError / ValueError on sizes that are not ints or are negative.
     """
+    check_workspace_sizes(B=B, Hk=Hk, HV=HV, K=K, C=C)
     return torch.zeros(B, workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
 
 

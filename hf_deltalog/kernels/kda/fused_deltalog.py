@@ -42,7 +42,7 @@ from torch.library import wrap_triton
 from hf_deltalog.kernels._op import (
     check_launch_options, interpreting, launch_device, register_decode_op,
 )
-from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks
+from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks, check_workspace_sizes
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
 
@@ -225,7 +225,9 @@ def kda_workspace_size(Hk: int, HV: int, K: int, C: int) -> int:
 
 def deltalog_kda_workspace(B: int, Hk: int, HV: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
     """Scratch buffer of :func:`fused_deltalog_kda_decode`: fp32 ``[B, Hk·K + HV·(3K + 1 + 2C) + 1]``; its content
-    between calls does not matter."""
+    between calls does not matter. Raises TypeError / ValueError on sizes that are not ints or are
+    negative."""
+    check_workspace_sizes(B=B, Hk=Hk, HV=HV, K=K, C=C)
     return torch.zeros(B, kda_workspace_size(Hk, HV, K, C), dtype=torch.float32, device=device)
 
 

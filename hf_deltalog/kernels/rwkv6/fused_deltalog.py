@@ -36,7 +36,7 @@ from hf_deltalog.kernels._op import (
     check_launch_options, decode_register_cap, default_prepare_warps, interpreting, launch_device,
     register_decode_op,
 )
-from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks
+from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks, check_workspace_sizes
 from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
@@ -192,7 +192,9 @@ def rwkv6_workspace_size(H: int, K: int, C: int) -> int:
 
 
 def deltalog_rwkv6_workspace(B: int, H: int, K: int, C: int, device: torch.device | str) -> torch.Tensor:
-    """Scratch buffer of :func:`fused_deltalog_rwkv6_decode`: fp32 ``[B, H·(3K + 1 + C) + 1]``."""
+    """Scratch buffer of :func:`fused_deltalog_rwkv6_decode`: fp32 ``[B, H·(3K + 1 + C) + 1]``. Raises TypeError /
+    ValueError on sizes that are not ints or are negative."""
+    check_workspace_sizes(B=B, H=H, K=K, C=C)
     return torch.zeros(B, rwkv6_workspace_size(H, K, C), dtype=torch.float32, device=device)
 
 
