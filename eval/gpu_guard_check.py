@@ -121,7 +121,7 @@ def _manual_stop_row(model, new_cache, block, ids, nxt, cache_arg: str) -> dict:
         first = _expect(KeyboardInterrupt, "", lambda: step(cache, nxt))
         handle.remove()
         refused = _expect(ValueError, "cache.reset()", lambda: step(cache, nxt))
-        locked = _expect(ValueError, "left inconsistent by a call it refused", lambda: step(cache, nxt))
+        locked = _expect(ValueError, "locked by a call it refused", lambda: step(cache, nxt))
         cache.reset()
         fresh = new_cache()
         diff = max((step(cache, x).float() - step(fresh, x).float()).abs().max().item() for x in (ids, nxt, nxt))
