@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One H200, at most ~420 s. The final tree of the 2026-12-02 stop from 22:28 (the 50th review's fixes: the conv1d
-# check inside the frame-reading helper; FLA caches pickled before the hidden size): the GPU guard check as in rounds 65-68.
+# check inside the frame-reading helper; FLA caches pickled before the hidden size; the 52nd review's messages): the
+# GPU guard check as in rounds 65-68.
 #   OUT=/path bash eval/h200_round69.sh     # results: $OUT/round69.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}
