@@ -1906,7 +1906,7 @@ def test_a_model_with_more_layers_refused_past_the_last_layer_locks_the_cache(st
     follow = torch.cat([out, prompt_ids(2, 2, seed=9)], 1)
     with pytest.raises(ValueError, match="was locked by a call it refused inside a forward.*cache.reset"):
         right.generate(follow, cache=cache, max_new_tokens=2, do_sample=False)
-    with pytest.raises(ValueError, match="left inconsistent"):
+    with pytest.raises(ValueError, match="locked by a call it refused"):
         forward(right, out[:, -1:], cache)
     cache.reset()
     fresh = DeltaLogCache(right, backend="torch", merge_interval=3, **kw)
@@ -1926,7 +1926,7 @@ def test_update_indexer_on_a_linear_layer_is_refused_and_locks():
     nxt = forward(right, prompt_ids(2, 5), cache)[:, -1:].argmax(-1)
     with pytest.raises(ValueError, match="treats layer 2 as an indexed attention layer"):
         forward(other, nxt, cache)
-    with pytest.raises(ValueError, match="left inconsistent"):
+    with pytest.raises(ValueError, match="locked by a call it refused"):
         forward(right, nxt, cache)
 
 

@@ -391,7 +391,7 @@ def test_wrong_state_shape_is_refused():
     Hk, HV, K, V = DIMS["gated_deltanet"]
     with pytest.raises(ValueError, match=r"layout \[N, HV, V, K\]"):
         cache.update(recurrent_state=torch.zeros(2, HV, K, V), layer_idx=0)  # K-major: FLA's GDN keeps V-first
-    with pytest.raises(ValueError, match="left inconsistent"):
+    with pytest.raises(ValueError, match="locked by a call it refused"):
         cache.update(conv_state=None, layer_idx=0)
     with pytest.raises(ValueError, match="does not exist"):
         DeltaLogCache(tiny_model("rwkv6").config).update(recurrent_state=torch.zeros(1), layer_idx=7)
@@ -727,7 +727,7 @@ def test_a_model_of_another_family_is_refused_with_the_cause(owner, other, held)
             model(ids, past_key_values=cache, use_cache=True)
         with pytest.raises(ValueError, match=f"built for FLA's '{owner}' models but is used by a '{other}' layer"):
             stranger(ids, past_key_values=cache, use_cache=True)
-        with pytest.raises(ValueError, match=f"left inconsistent.*used by a '{other}' layer"):
+        with pytest.raises(ValueError, match=f"locked by a call it refused.*used by a '{other}' layer"):
             model(ids, past_key_values=cache, use_cache=True)
         cache.reset()
         ref = Cache()
