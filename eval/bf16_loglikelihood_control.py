@@ -31,6 +31,7 @@ from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 from hf_deltalog.harness import CachedHFLM  # noqa: E402
 from hf_deltalog.interpreter import hide_fla_on_cpu  # noqa: E402
+from hf_deltalog.lm_eval_cli import device_problem, output_problem  # noqa: E402
 
 CHECKPOINTS = {"gdn-shakespeare": 8, "kda-shakespeare": 4}
 
@@ -54,18 +55,25 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--docs", type=positive_int, default=30,
                    help="score the first N documents of the test split (at least 1; more than there are: all)")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda (cuda:N)")
+    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     a = p.parse_args(argv)
+    problem = device_problem(a.device)
+    if problem:
+        p.error(f"--device {problem}")
+    problem = output_problem(a.out, folder=False)  # written after both checkpoints were scored
+    if problem:
+        p.error(f"--out {problem}")
     hide_fla_on_cpu(a.device)  # both checkpoints are transformers models (see hf_deltalog.interpreter)
     docs = [json.loads(line) for line in (HERE / "tasks" / "shakespeare" / "shakespeare_test.jsonl").open()][:a.docs]
     rows = {}
     for name, M in CHECKPOINTS.items():
         t0 = time.perf_counter()
         lm = CachedHFLM(pretrained=str(HERE / "checkpoints" / name), device=a.device, dtype=a.dtype, batch_size=8,
-                        cache="default", merge_interval=M)
+                        cache="deltalog", merge_interval=M)
         reqs = requests(lm, docs)
+        lm.cache = "default"
         A = torch.tensor([s for s, _ in lm._loglikelihood_tokens(reqs, disable_tqdm=True)], dtype=torch.float64)
         lm.cache = "deltalog"
         B = torch.tensor([s for s, _ in lm._loglikelihood_tokens(reqs, disable_tqdm=True)], dtype=torch.float64)

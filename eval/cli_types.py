@@ -72,3 +72,7 @@ def fraction(text: str) -> float:
     if value is None or not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be a number above 0 and at most 1; got {text!r}")
     return value
+
+
+if __name__ == "__main__":  # a module the eval scripts import, not a script: say so
+    print(__doc__)

@@ -137,7 +137,12 @@ def main() -> None:
         assert used["gdn"] == DENSE_BELOW_STATE_BYTES, "the report's policy threshold differs from the cache's"
     except ImportError:
         pass
-    result = json.loads(a.json.read_text())
+    try:
+        result = json.loads(a.json.read_text())
+        result["shape"], result["env"]  # noqa: B018 - the keys the report reads first
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        why = "no such file" if isinstance(e, FileNotFoundError) else f"{type(e).__name__}: {e}"
+        p.error(f"{a.json}: {why}; expected the bench_gdn_decode.json written by eval/bench_gdn_decode.py")
     out = a.out or a.json.parent
     out.mkdir(parents=True, exist_ok=True)
     md, summary = table(result)

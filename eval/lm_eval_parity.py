@@ -350,17 +350,25 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from hf_deltalog.interpreter import hide_fla_on_cpu, interpreting
-    from hf_deltalog.lm_eval_cli import is_fla_checkpoint
+    from hf_deltalog.lm_eval_cli import checkpoint_problem, device_problem, is_fla_checkpoint, output_problem
+
+    problem = args.out is not None and output_problem(args.out)  # results are written after the first task's runs
+    if problem:
+        parser.error(f"--out {problem}")
+    for name in args.pretrained:
+        problem = checkpoint_problem(name)
+        if problem:
+            parser.error(f"--pretrained {problem}")
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device_type = torch.device(device).type
-    except RuntimeError as e:
-        parser.error(f"--device {device}: not a torch device ({e}); use cpu or cuda (cuda:N)")
-    if device_type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {device}: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
-    on_cpu = device_type == "cpu"
+    problem = device_problem(device)
+    if problem:
+        parser.error(f"--device {problem}")
+    on_cpu = torch.device(device).type == "cpu"
     cpu_only = on_cpu and not interpreting()  # FLA's Triton kernels cannot run at all (they can, slowly, interpreted)
+    if args.backend == "triton" and cpu_only:  # CachedHFLM would refuse it only after loading the first checkpoint
+        parser.error("--backend triton: DeltaLogCache's Triton kernels need a CUDA device or TRITON_INTERPRET=1; use "
+                     "--backend torch or auto on the CPU")
     fla_ckpts = [p for p in args.pretrained if is_fla_checkpoint(p)]
     if on_cpu and fla_ckpts and len(fla_ckpts) < len(args.pretrained):
         raise SystemExit(

@@ -44,6 +44,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_types import deltalog_merge_interval, fraction, non_negative_int, positive_int
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # hf_deltalog from this checkout when it is not installed
+from hf_deltalog.lm_eval_cli import checkpoint_problem  # noqa: E402 - light: no torch, transformers or triton
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "eval" / "configs"
 GIB = 1 << 30
@@ -124,6 +127,8 @@ def parse(argv=None):
         label, sep, path = name.partition("=")
         if sep and not (label and path):
             p.error(f"--models: {name!r} is not NAME=PATH (both parts non-empty)")
+        if sep and checkpoint_problem(path):  # transformers' "Repo id must be in the form ..." after the imports
+            p.error(f"--models {name}: {checkpoint_problem(path)}")
         if not sep and name not in MODELS and name != "smoke":
             p.error(f"--models: unknown model {name!r}; accepted: {', '.join(MODELS)}, smoke (the --cpu-smoke model) "
                     "or NAME=PATH of a trained checkpoint folder")
@@ -141,6 +146,12 @@ def parse(argv=None):
         if missing or (getattr(a, name) and "graph" not in a.modes):
             p.error(f"--{name.replace('_', '-')} adds graph-mode runs at batch sizes of --batch-sizes; got "
                     f"{getattr(a, name)} with --batch-sizes {a.batch_sizes} and --modes {a.modes}")
+    if a.eager_batch_sizes is not None:  # a subset of the eager runs: name the ones it would silently drop
+        missing = sorted(set(a.eager_batch_sizes) - set(a.batch_sizes))
+        if missing or "eager" not in a.modes:
+            p.error(f"--eager-batch-sizes picks eager-mode runs among --batch-sizes; got {a.eager_batch_sizes} with "
+                    f"--batch-sizes {a.batch_sizes} and --modes {a.modes} (batch sizes {missing} would not run)"
+                    if missing else f"--eager-batch-sizes needs 'eager' in --modes; got --modes {a.modes}")
     if a.staggered_first and not a.staggered_batch_sizes:
         p.error("--staggered-first orders the runs of --staggered-batch-sizes; give that option too")
     return a

@@ -51,6 +51,7 @@ import shakespeare  # noqa: E402
 from cli_types import non_negative_float, positive_float, positive_int  # noqa: E402
 
 from hf_deltalog.interpreter import collapse_autotuners, fused_recurrent_under_interpreter  # noqa: E402
+from hf_deltalog.lm_eval_cli import device_problem, output_problem  # noqa: E402
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "training_log.json")  # what a written checkpoint holds
@@ -421,13 +422,9 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"{args.dir}: no training_log.json there; plot takes a checkpoint folder written by `train` (e.g. "
                 "eval/checkpoints/gdn-shakespeare)")
     if args.command == "train":
-        try:
-            device = torch.device(args.device)
-        except RuntimeError as e:
-            t.error(f"--device {args.device}: not a torch device ({e}); use cpu or cuda (cuda:N)")
-        if device.type == "cuda" and not torch.cuda.is_available():
-            t.error(f"--device {args.device}: no CUDA device here (torch.cuda.is_available() is False); use "
-                    "--device cpu")
+        problem = device_problem(args.device)
+        if problem:
+            t.error(f"--device {problem}")
         missing = [n for n in ("config.json", "training_log.json", "tokenizer.json")
                    if args.init is not None and not (args.init / n).is_file()]
         if missing:
@@ -457,6 +454,9 @@ def main(argv: list[str] | None = None) -> None:
     if existing and not args.force:
         t.error(f"{args.out} already holds a checkpoint ({', '.join(existing)}); refusing to overwrite it: pass "
                 "--force to replace it, or --out a new folder")
+    problem = output_problem(args.out)  # the checkpoint is written after the training: find out now
+    if problem:
+        t.error(f"--out {problem}")
     with rwkv6_kernels(args.rwkv6_kernels if args.model == "rwkv6" else "fla"):
         train(args)
 

@@ -85,12 +85,15 @@ class CachedHFLM(HFLM):
     Args beyond `HFLM`'s:
         cache: "deltalog" (a new `DeltaLogCache(model, merge_interval, backend)` per call) or "default"
             (transformers' default cache for the model; the baseline).
-        merge_interval, deltalog_backend: passed to `DeltaLogCache` (`merge_interval=None`: its default).
+        merge_interval, deltalog_backend: passed to `DeltaLogCache` (`merge_interval=None`: its default). Refused
+            with `cache="default"`, which would ignore them; a caller that switches `cache` after construction (as
+            `eval/lm_eval_parity.py` does) constructs with `cache="deltalog"`.
         record_generations: keep `generation_records` (see the module doc).
 
     Raises:
         ValueError: an unknown `cache` or `deltalog_backend` (or a DeltaLog backend passed as HFLM's `backend`),
-            `deltalog_backend="triton"` for a model not on CUDA (without `TRITON_INTERPRET=1`), a `merge_interval`
+            `merge_interval` or `deltalog_backend` given with `cache="default"`, `deltalog_backend="triton"` for a
+            `device` or model not on CUDA (without `TRITON_INTERPRET=1`), a `merge_interval`
             outside [1, 1024], a `record_generations` that is not true/false, a seq2seq model, or a `batch_size`
             that is not an integer of at least 1 (`"auto"` included: parity needs fixed batches).
         TypeError: a `merge_interval` that is not an integer (or a string of one, as lm-eval's model_args pass it).
@@ -117,6 +120,18 @@ class CachedHFLM(HFLM):
                 else text
         # checked before the model loads, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
         merge_interval = _check_merge_interval(merge_interval, None)
+        if cache == "default" and (merge_interval is not None or deltalog_backend != "auto"):
+            given = ", ".join(f"{k}={v!r}" for k, v in (("merge_interval", merge_interval),
+                                                        ("deltalog_backend", deltalog_backend))
+                              if v not in (None, "auto"))
+            raise ValueError(f"{given} configures DeltaLogCache, but cache='default' runs transformers' default "
+                             "cache and would ignore it; use cache=deltalog, or leave it out")
+        device = kwargs.get("device")
+        if deltalog_backend == "triton" and not interpreting() and (
+                not torch.cuda.is_available() or (device is not None and not str(device).startswith("cuda"))):
+            raise ValueError(  # before the model loads; the model's own device is checked again below
+                f"deltalog_backend='triton' needs a CUDA device (device={device!r}, torch.cuda.is_available() is "
+                f"{torch.cuda.is_available()}) or TRITON_INTERPRET=1; use deltalog_backend=torch or auto on the CPU")
         kwargs["batch_size"] = _check_batch_size(kwargs.get("batch_size", 1))  # before the model loads too
         super().__init__(pretrained=pretrained, **kwargs)
         if self.backend != "causal":

@@ -20,16 +20,64 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
-__all__ = ["is_fla_checkpoint", "main"]
+__all__ = ["checkpoint_problem", "device_problem", "is_fla_checkpoint", "main", "output_problem"]
 
 
-def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None]:
-    """``(pretrained, device)`` as lm-eval's own CLI will read them from ``argv``: its parser (so every form it takes
-    counts: ``--model_args`` with one or more ``key=value`` values or a JSON object, ``-a``, quoted values,
-    abbreviations), and a ``--config`` YAML file below the command line. ``(None, None)`` when ``argv`` is not a
-    ``run`` that parses (help, another subcommand, an error: lm-eval's CLI then says so itself)."""
+def checkpoint_problem(pretrained: str) -> str | None:
+    """Why ``pretrained`` names no checkpoint, or None. A name written as a local path (absolute, starting with ``.``
+    or ``~``, or with more than one ``/``) must be a folder holding ``config.json``, as an existing folder must;
+    anything else is a hub id, which transformers resolves (and reports on) itself. Without this check a missing
+    folder surfaced as transformers' "Repo id must be in the form ..." traceback after the imports."""
+    path = Path(pretrained).expanduser()
+    if path.is_dir():
+        return None if (path / "config.json").exists() else f"{pretrained}: a folder without config.json (not a " \
+            "checkpoint)"
+    if path.is_absolute() or pretrained.startswith((".", "~")) or pretrained.count("/") > 1:
+        return f"{pretrained}: no such checkpoint folder (a local folder with config.json, or a hub id org/name)"
+    return None
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``device`` cannot run a model here, or None: not a torch device string, or CUDA on a machine without it
+    (torch's own errors, "Torch not compiled with CUDA enabled", came after the model had loaded)."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        return f"{device}: not a torch device; use cpu or cuda (cuda:N)"
+    if kind == "cuda" and not torch.cuda.is_available():
+        return f"{device}: no CUDA device here (torch.cuda.is_available() is False); use --device cpu"
+    return None
+
+
+def output_problem(path: str | Path, folder: bool = True) -> str | None:
+    """Why results cannot be written at ``path`` (a folder, or a file's path when ``folder`` is False), or None.
+    Creates the folder (as the run would) and a temporary file in it, so that an unwritable place is found before the
+    work rather than after it."""
+    path = Path(path).expanduser()
+    if folder and path.exists() and not path.is_dir():
+        return f"{path} is a file; a folder is expected"
+    if not folder and path.is_dir():
+        return f"{path} is a folder; a file path is expected"
+    where = path if folder else path.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        return f"{path} cannot be written ({e.strerror or e})"
+    return None
+
+
+def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None, str | None]:
+    """``(pretrained, device, output_path)`` as lm-eval's own CLI will read them from ``argv``: its parser (so every
+    form it takes counts: ``--model_args`` with one or more ``key=value`` values or a JSON object, ``-a``, quoted
+    values, abbreviations), and a ``--config`` YAML file below the command line. ``(None, None, None)`` when ``argv``
+    is not a ``run`` that parses (help, another subcommand, an error: lm-eval's CLI then says so itself)."""
     import contextlib
     import io
 
@@ -46,9 +94,9 @@ def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None]:
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
             namespace = cli._parser.parse_args(args)
     except SystemExit:
-        return None, None
+        return None, None, None
     if getattr(namespace, "command", None) != "run":
-        return None, None
+        return None, None, None
     settings = {}
     config = getattr(namespace, "config", None)
     if config:
@@ -60,7 +108,8 @@ def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None]:
         model_args = simple_parse_args_string(model_args)
     pretrained = model_args.get("pretrained")
     device = getattr(namespace, "device", None) or settings.get("device")
-    return (None if pretrained is None else str(pretrained)), (None if device is None else str(device))
+    output = getattr(namespace, "output_path", None) or settings.get("output_path")
+    return tuple(None if v is None else str(v) for v in (pretrained, device, output))
 
 
 def is_fla_checkpoint(pretrained: str | None) -> bool:
@@ -82,8 +131,19 @@ def main(argv: list[str] | None = None) -> None:
     from hf_deltalog.interpreter import collapse_autotuners, hide_fla_on_cpu, interpreting
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    pretrained, device = _lm_eval_settings(argv)
+    if not argv or argv[0] in ("-h", "--help"):  # what this entry adds, then lm-eval's own help
+        print(f"{__doc__.strip()}\n\nlm-eval's own help follows.\n")
+    pretrained, device, output_path = _lm_eval_settings(argv)
+    problem = pretrained and checkpoint_problem(pretrained)
+    if problem:
+        raise SystemExit(f"--model_args pretrained={problem}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    problem = device_problem(device)
+    if problem:
+        raise SystemExit(f"--device {problem}")
+    problem = output_path and output_problem(output_path, folder=Path(output_path).suffix != ".json")
+    if problem:  # lm-eval writes its results only after the evaluation, and logs a failure without exiting non-zero
+        raise SystemExit(f"--output_path: {problem}")
     if is_fla_checkpoint(pretrained):
         if torch.device(device).type == "cpu" and not interpreting():
             raise SystemExit(

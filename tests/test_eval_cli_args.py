@@ -78,6 +78,15 @@ def test_train_tiny_refuses_to_overwrite_a_checkpoint(train_tiny, capsys, extra)
     assert train_tiny.calls == []
 
 
+def test_train_tiny_refuses_an_unwritable_out_before_training(train_tiny, capsys, tmp_path):
+    """The checkpoint folder was created only after the training (54th review): an unwritable --out lost the run."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    msg = _usage_error(capsys, train_tiny.run, "--smoke", "--out", str(a_file / "ckpt"))
+    assert f"--out {a_file / 'ckpt'} cannot be written" in msg
+    assert train_tiny.calls == []
+
+
 def test_train_tiny_force_overwrites(train_tiny, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     assert train_tiny.run("--out", str(tmp_path), "--force").out == tmp_path
@@ -159,6 +168,25 @@ def test_lm_eval_parity_refuses_bad_sizes_up_front(parity, capsys, bad):
 def test_lm_eval_parity_refuses_cuda_without_a_gpu(parity, capsys):
     msg = _usage_error(capsys, parity.main, ["--pretrained", GDN, "--device", "cuda", *LOCAL_TASK])
     assert "no CUDA device" in msg and "--device cpu" in msg
+    assert parity.calls == []
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["--out", "FILE/parity"], "--out FILE/parity cannot be written"),  # found after the first task's runs
+    (["--pretrained", "/nonexistent/ckpt"], "--pretrained /nonexistent/ckpt: no such checkpoint folder"),
+    (["--backend", "triton"], "--backend triton: DeltaLogCache's Triton kernels need a CUDA device"),
+])
+def test_lm_eval_parity_refuses_what_would_fail_after_loading(parity, capsys, monkeypatch, tmp_path, bad, says):
+    """An unwritable --out, a missing checkpoint folder and the Triton backend on a CPU failed only after a model had
+    loaded (and a task had run): a traceback, or transformers' "Repo id must be in the form ..." (54th review)."""
+    import hf_deltalog.interpreter
+
+    monkeypatch.setattr(hf_deltalog.interpreter, "interpreting", lambda: False)  # a plain CPU run
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    bad = [b.replace("FILE", str(a_file)) for b in bad]
+    argv = ["--pretrained", GDN, "--device", "cpu", *LOCAL_TASK, *bad]
+    assert says.replace("FILE", str(a_file)) in _usage_error(capsys, parity.main, argv)
     assert parity.calls == []
 
 
@@ -254,6 +282,8 @@ def test_tpot_models_are_validated(tmp_path, capsys):
     for name, spec in tpot.MODELS.items():  # every listed architecture can be built (qwen3_5_tiny's file was missing)
         assert Path(spec["config"]).exists(), name
     out = ["--out", str(tmp_path)]
+    missing = "gdn=/nonexistent/checkpoint"  # transformers' "Repo id must be in the form ..." after the imports
+    assert "no such checkpoint folder" in _usage_error(capsys, tpot.parse, [*out, "--models", missing])
     for bad in ("qwen3_5_tiny", "nosuch", "=eval/checkpoints/gdn-shakespeare", "gdn="):
         msg = _usage_error(capsys, tpot.parse, [*out, "--models", bad])
         assert "--models" in msg and repr(bad) in msg
@@ -273,6 +303,21 @@ def test_tpot_refuses_abbreviations_and_applies_smoke_defaults(tmp_path, capsys)
     a = tpot.parse([*out, "--cpu-smoke", "--batch-sizes", "3"])  # explicit options still win
     assert a.batch_sizes == [3] and a.models == ["smoke"]
     assert tpot.parse(out).models == ["qwen3_5_35b_a3b", "kimi_linear_48b_a3b"] and not tpot.parse(out).cpu_smoke
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--batch-sizes", "1", "16", "--eager-batch-sizes", "64"], "batch sizes [64] would not run"),
+    (["--batch-sizes", "1", "16", "--eager-batch-sizes", "1", "64"], "batch sizes [64] would not run"),
+    (["--modes", "graph", "--eager-batch-sizes", "1"], "needs 'eager' in --modes"),
+])
+def test_tpot_refuses_eager_batch_sizes_that_would_not_run(tmp_path, capsys, argv, says):
+    """Eager runs at batch sizes outside --batch-sizes, or without eager in --modes, were dropped without a word and
+    the script exited 0 (54th review)."""
+    tpot = load("tpot")
+    msg = _usage_error(capsys, tpot.parse, ["--out", str(tmp_path), *argv])
+    assert "--eager-batch-sizes" in msg and says in msg
+    a = tpot.parse(["--out", str(tmp_path), "--batch-sizes", "1", "16", "--eager-batch-sizes", "16"])
+    assert a.eager_batch_sizes == [16] and a.modes == ["graph", "eager"]
 
 
 @pytest.mark.parametrize("option, value, accepted", [
@@ -341,6 +386,17 @@ def _gdn_report(monkeypatch, *argv):
     report.main()
 
 
+@pytest.mark.parametrize("content, why", [(None, "no such file"), ("not json", "JSONDecodeError"),
+                                          ("{}", "KeyError: 'shape'")])
+def test_gdn_report_refuses_what_is_not_a_benchmark_json(tmp_path, monkeypatch, capsys, content, why):
+    """A missing file ended in a FileNotFoundError traceback (54th review)."""
+    path = tmp_path / "bench_gdn_decode.json"
+    if content is not None:
+        path.write_text(content)
+    msg = _usage_error(capsys, _gdn_report, monkeypatch, path)
+    assert f"{path}: {why}" in msg and "expected the bench_gdn_decode.json" in msg
+
+
 def test_gdn_report_without_the_policy_m_and_a_new_out_folder(tmp_path, monkeypatch, capsys):
     """A run without M = 8 (--quick, --cpu-smoke) raised KeyError: 8; an --out folder that did not exist,
     FileNotFoundError."""
@@ -400,6 +456,19 @@ def test_bf16_control_refuses_no_documents(capsys, tmp_path, value):
     msg = _usage_error(capsys, load("bf16_loglikelihood_control").main,
                        ["--docs", value, "--out", str(tmp_path / "control.json")])
     assert "--docs: must be an integer of at least 1" in msg
+    assert not (tmp_path / "control.json").exists()
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["--dtype", "flaot32"], "--dtype: invalid choice: 'flaot32'"),  # failed inside transformers after the imports
+    (["--device", "gpu"], "--device gpu: not a torch device"),
+    (["--out", "FILE/control.json"], "--out FILE/control.json cannot be written"),  # found after both checkpoints
+])
+def test_bf16_control_refuses_bad_options_up_front(capsys, tmp_path, bad, says):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    argv = ["--out", str(tmp_path / "control.json"), *[b.replace("FILE", str(a_file)) for b in bad]]
+    assert says.replace("FILE", str(a_file)) in _usage_error(capsys, load("bf16_loglikelihood_control").main, argv)
     assert not (tmp_path / "control.json").exists()
 
 

@@ -71,7 +71,11 @@ def test_unknown_cache_and_auto_batch_are_refused():
     (dict(backend="torch"), ValueError, "DeltaLogCache's backend is deltalog_backend=auto|torch|triton"),
     (dict(merge_interval="4.0"), TypeError, r"in \[1, 1024\] \(or None for the family default\); got '4.0'"),
     (dict(record_generations="maybe"), ValueError, "record_generations must be true or false"),  # was False
-    (dict(deltalog_backend="triton"), ValueError, "needs the model on a CUDA device"),  # failed at the 1st request
+    (dict(deltalog_backend="triton"), ValueError, "needs a CUDA device"),  # failed at the 1st request
+    # ignored without a word (54th review): the DeltaLog options with the default cache
+    (dict(cache="default", merge_interval="4"), ValueError,
+     r"merge_interval=4 configures DeltaLogCache, but cache='default' .* would ignore it"),
+    (dict(cache="default", deltalog_backend="torch"), ValueError, r"deltalog_backend='torch' configures"),
 ])
 def test_cache_options_are_checked_when_built(bad, error, match, monkeypatch):
     """Checked before any request (they were only checked at the first request, or silently truncated)."""
@@ -89,6 +93,13 @@ def test_merge_interval_is_checked_before_the_model_loads(merge_interval, tmp_pa
     with pytest.raises((ValueError, TypeError), match="merge_interval must be an integer"):
         CachedHFLM(pretrained=str(tmp_path / "no-model-here"), device="cpu", batch_size=2,
                    merge_interval=merge_interval)
+
+
+def test_triton_backend_off_cuda_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """deltalog_backend=triton with a CPU device failed only after the model had loaded (54th review)."""
+    monkeypatch.setattr(harness, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match=r"deltalog_backend='triton' needs a CUDA device \(device='cpu'"):
+        CachedHFLM(pretrained=str(tmp_path / "no-model-here"), device="cpu", batch_size=2, deltalog_backend="triton")
 
 
 @pytest.mark.parametrize("batch_size", [0, -1, "0", "-1", "auto", "auto:4", 2.5, True])
@@ -293,7 +304,7 @@ def test_lm_eval_cli_reads_pretrained_as_lm_eval_does(argv):
     recognize model type rwkv6"; 31st and 33rd reviews). It reads them with lm-eval's own parser now."""
     from hf_deltalog.lm_eval_cli import _lm_eval_settings
 
-    assert _lm_eval_settings(["--model", "hf-cached", *argv, "--device", "cpu"]) == ("ckpt/x", "cpu")
+    assert _lm_eval_settings(["--model", "hf-cached", *argv, "--device", "cpu"]) == ("ckpt/x", "cpu", None)
 
 
 def test_lm_eval_cli_reads_a_config_file_below_the_command_line(tmp_path):
@@ -303,10 +314,61 @@ def test_lm_eval_cli_reads_a_config_file_below_the_command_line(tmp_path):
 
     config = tmp_path / "run.yaml"
     config.write_text("model: hf-cached\nmodel_args:\n  pretrained: ckpt/y\ndevice: cpu\n")
-    assert _lm_eval_settings(["--config", str(config)]) == ("ckpt/y", "cpu")
-    assert _lm_eval_settings(["--config", str(config), "--model_args", "pretrained=ckpt/x"]) == ("ckpt/x", "cpu")
-    assert _lm_eval_settings(["--config", str(config), "--model_args", "cache=deltalog"]) == (None, "cpu")
-    assert _lm_eval_settings(["--help"]) == (None, None)
+    assert _lm_eval_settings(["--config", str(config)]) == ("ckpt/y", "cpu", None)
+    assert _lm_eval_settings(["--config", str(config), "--model_args", "pretrained=ckpt/x"]) == ("ckpt/x", "cpu", None)
+    assert _lm_eval_settings(["--config", str(config), "--model_args", "cache=deltalog"]) == (None, "cpu", None)
+    assert _lm_eval_settings(["--config", str(config), "--output_path", "r.json"]) == ("ckpt/y", "cpu", "r.json")
+    assert _lm_eval_settings(["--help"]) == (None, None, None)
+
+
+@pytest.mark.parametrize("args, says", [
+    # transformers' "Repo id must be in the form 'repo_name' or 'namespace/repo_name'" traceback
+    (["--model_args", "pretrained=/nonexistent/ckpt", "--device", "cpu"],
+     "pretrained=/nonexistent/ckpt: no such checkpoint folder"),
+    (["--model_args", "pretrained=./no/such/ckpt", "--device", "cpu"], "no such checkpoint folder"),
+    (["--model_args", f"pretrained={CHECKPOINTS[0].parent}", "--device", "cpu"], "a folder without config.json"),
+    (["--model_args", "pretrained=CKPT", "--device", "gpu"], "--device gpu: not a torch device; use cpu or cuda"),
+    # an unwritable --output_path: lm-eval logged the failure after the evaluation and exited 0
+    (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE/results"],
+     "--output_path: FILE/results cannot be written"),
+    (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE/r.json"],
+     "--output_path: FILE/r.json cannot be written"),
+    (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE"], "FILE is a file"),
+])
+def test_lm_eval_cli_refuses_bad_settings_before_the_work(args, says, tmp_path):
+    """A missing checkpoint folder, a device that is not one and an unwritable output path were found after the
+    imports or the evaluation, as tracebacks or not at all (54th review)."""
+    from hf_deltalog import lm_eval_cli
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    fill = {"CKPT": str(CHECKPOINTS[0]), "FILE": str(a_file)}
+    args = [next((a.replace(k, v) for k, v in fill.items() if k in a), a) for a in args]
+    says = next((says.replace(k, v) for k, v in fill.items() if k in says), says)
+    with pytest.raises(SystemExit) as err:
+        lm_eval_cli.main(["--model", "hf-cached", *args, "--tasks", "shakespeare_next_line_mc", "--limit", "1"])
+    assert says in str(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_lm_eval_cli_refuses_cuda_without_a_gpu():
+    """`--device cuda` on a machine without CUDA ended in torch's "Torch not compiled with CUDA enabled"."""
+    from hf_deltalog import lm_eval_cli
+
+    with pytest.raises(SystemExit, match="--device cuda: no CUDA device here .* use --device cpu"):
+        lm_eval_cli.main(["--model", "hf-cached", "--model_args", f"pretrained={CHECKPOINTS[0]}", "--device", "cuda",
+                          "--tasks", "shakespeare_next_line_mc"])
+
+
+def test_lm_eval_cli_help_says_what_it_adds():
+    """`--help` printed lm-eval's help only, never what this entry is for (54th review)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "hf_deltalog.lm_eval_cli", "--help"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.index("--model hf-cached") < done.stdout.index("lm-eval's own help follows") \
+        < done.stdout.index("Language Model Evaluation Harness")
 
 
 def test_a_group_is_compared_task_by_task_and_out_must_be_a_folder(tmp_path, capsys):
