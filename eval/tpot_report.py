@@ -30,6 +30,18 @@ def _runs(data, **match):
     return [r for r in data["runs"] if all(r.get(k) == v for k, v in match.items())]
 
 
+def _shown(data, **match):
+    """The runs matching ``match``, one per model, batch size, mode and cache: the first listed, as :func:`table`
+    shows (a re-timing loaded first supersedes older runs of the same point)."""
+    seen, rows = set(), []
+    for r in _runs(data, **match):
+        key = (r["model"], r["batch"], r["mode"], r["cache"])
+        if key not in seen:
+            seen.add(key)
+            rows.append(r)
+    return rows
+
+
 def _fmt(x, spec=".2f", none="–"):
     return none if x is None else format(x, spec)
 
@@ -101,7 +113,7 @@ def _axes(plt, n):
 
 
 def plot_tpot(data, path=None):
-    """TPOT (ms/token) against batch size, per model: both caches, both modes."""
+    """TPOT (ms/token) against batch size, per model: both caches, both modes (the runs :func:`table` shows)."""
     import matplotlib.pyplot as plt
 
     models = sorted({r["model"] for r in data["runs"]})
@@ -109,7 +121,7 @@ def plot_tpot(data, path=None):
     for ax, model in zip(axes, models):
         for mode, style in (("graph", "-"), ("eager", ":")):
             for cache, color in (("static", "C0"), ("default", "C0"), ("deltalog", "C3")):
-                rows = sorted(_runs(data, model=model, mode=mode, cache=cache), key=lambda r: r["batch"])
+                rows = sorted(_shown(data, model=model, mode=mode, cache=cache), key=lambda r: r["batch"])
                 if not rows:
                     continue
                 xs = [r["batch"] for r in rows]
@@ -124,13 +136,14 @@ def plot_tpot(data, path=None):
 
 
 def plot_speedup(data, path=None):
-    """DeltaLogCache's TPOT speedup over the baseline of the same mode, against batch size."""
+    """DeltaLogCache's TPOT speedup over the baseline of the same mode, against batch size (the runs :func:`table`
+    shows)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for i, model in enumerate(sorted({r["model"] for r in data["runs"]})):
         for mode, style in (("graph", "-"), ("eager", ":")):
-            rows = sorted((r for r in _runs(data, model=model, mode=mode, cache="deltalog")
+            rows = sorted((r for r in _shown(data, model=model, mode=mode, cache="deltalog")
                            if r.get("speedup_vs_baseline")), key=lambda r: r["batch"])
             if rows:
                 ax.plot([r["batch"] for r in rows], [r["speedup_vs_baseline"] for r in rows], style, marker="o",

@@ -26,7 +26,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.interpreter import hide_fla_on_cpu
-from hf_deltalog.lm_eval_cli import is_fla_checkpoint
+from hf_deltalog.lm_eval_cli import checkpoint_problem, device_problem, is_fla_checkpoint
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "eval" / "checkpoints" / "gdn-shakespeare"
 PROMPTS = [
@@ -85,8 +85,12 @@ def main() -> None:
                      "at least 1")
     if args.merge_interval is not None and not 1 <= args.merge_interval <= 1024:
         parser.error(f"--merge-interval must be an integer in [1, 1024] (DeltaLogCache's range); got {args.merge_interval}")
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: this machine has no CUDA device (torch {torch.__version__}); use --device cpu")
+    problem = device_problem(args.device)
+    if problem:
+        parser.error(f"--device {problem}")
+    problem = checkpoint_problem(str(args.model))  # transformers' "Repo id must be in the form ..." traceback
+    if problem:
+        parser.error(f"--model {problem}")
     if is_fla_checkpoint(str(args.model)):
         parser.error(f"{args.model} is a flash-linear-attention checkpoint; the quickstart runs transformers "
                      "checkpoints (compare FLA's with eval/lm_eval_parity.py or eval/gpu_generate_check_fla.py)")

@@ -1,7 +1,7 @@
 """hf_deltalog: DeltaLog caches and decode kernels for recurrent linear-attention models in transformers.
 
     from hf_deltalog import DeltaLogCache
-    out = model.generate(**inputs, past_key_values=DeltaLogCache(model), max_new_tokens=256)
+    out = model.generate(**inputs, cache=DeltaLogCache(model), max_new_tokens=256)
 
 The cache and the transformers binding are imported on first use, so ``hf_deltalog.kernels`` works without
 transformers.

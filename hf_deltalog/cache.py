@@ -27,6 +27,7 @@ device, so one captured CUDA graph (:mod:`hf_deltalog.graph`) serves every step.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import numbers
 import operator
 import sys
@@ -276,7 +277,9 @@ class DeltaLogState:
                 "autoreload): the reloaded bindings do not know its state objects; build a new DeltaLogCache")
         raise RuntimeError(
             "a DeltaLogState reached a recurrence that hf_deltalog has not bound (was hf_deltalog.unpatch() called, or "
-            "is the model of a family DeltaLogCache does not support?); call hf_deltalog.patch() or use another cache"
+            "is the model of a family DeltaLogCache does not support?); call hf_deltalog.patch(), then cache.reset() "
+            "(this forward stopped part-way and left the cache inconsistent: it refuses further use until reset), or "
+            "use another cache"
         )
 
     def __repr__(self) -> str:
@@ -768,14 +771,15 @@ class DeltaLogLayer(LinearAttentionLayer):
         """Raise ValueError unless the last ``tokens`` tokens of every row are still in the log."""
         if tokens == 0:
             return
+        crop = _count(tokens, "token")
         if self.base is None:
-            raise ValueError(f"cannot crop {tokens} tokens: layer {self.layer_idx} holds none")
+            raise ValueError(f"cannot crop {crop}: layer {self.layer_idx} holds none")
         seen = self.seen_tokens()
         if tokens > seen:
-            raise ValueError(f"cannot crop {tokens} tokens: layer {self.layer_idx} holds {seen}")
+            raise ValueError(f"cannot crop {crop}: layer {self.layer_idx} holds {seen}")
         if not self.crop_ring and not self.record_past:
             raise ValueError(
-                f"cannot crop {tokens} tokens: rebuilding layer {self.layer_idx}'s conv window needs the pre-conv "
+                f"cannot crop {crop}: rebuilding layer {self.layer_idx}'s conv window needs the pre-conv "
                 "columns of the cropped steps, which this cache does not keep. Build it with "
                 "DeltaLogCache(..., crop_ring=True) (about the log's memory again), or call "
                 "cache.activate_past_recording() before decoding the tokens you may crop"
@@ -793,9 +797,10 @@ class DeltaLogLayer(LinearAttentionLayer):
                              "since; a cache built with stagger_merges=False (the default) would keep these tokens in "
                              "every row's log.")
             raise ValueError(
-                f"cannot crop {tokens} tokens exactly: layer {self.layer_idx} keeps only its last {live} decoded "
-                f"tokens in the log (merge interval M={self.merge_interval}; the log restarts after every merge, "
-                f"prefill and multi-token forward); older tokens are merged into the dense base.{staggered}"
+                f"cannot crop {crop} exactly: layer {self.layer_idx} keeps only its last "
+                f"{_count(live, 'decoded token')} in the log (merge interval M={self.merge_interval}; the log "
+                "restarts after every merge, prefill and multi-token forward); older tokens are merged into the dense "
+                f"base.{staggered}"
             )
         if any(self.is_conv_states_initialized[i] for i in range(1, self.number_of_states)) and not self.record_past:
             raise ValueError(
@@ -812,7 +817,7 @@ class DeltaLogLayer(LinearAttentionLayer):
                 # window before the cropped tokens is what it holds, as a fresh cache fed the kept tokens would
                 if have < need and have != seen:
                     raise ValueError(
-                        f"cannot crop {tokens} tokens: layer {self.layer_idx}'s recorded conv state {i} holds "
+                        f"cannot crop {crop}: layer {self.layer_idx}'s recorded conv state {i} holds "
                         f"{have} columns, and rebuilding its window needs {need} (the cropped tokens and a window of "
                         f"{self.conv_kernel_size[i]} before them). Past recording keeps the columns since the last "
                         "prefill or crop (a crop keeps only the window, as transformers' does), and a model whose "
@@ -883,42 +888,57 @@ def check_sliding_window_crop(layer_idx: int, layer: Any, tokens: int) -> None:
     """
     if tokens == 0 or not getattr(layer, "is_sliding", False):
         return
+    crop = _count(tokens, "token")
     held = int(layer.get_seq_length())
     if isinstance(layer, StaticSlidingWindowLayer):
         if held > layer.max_cache_len:
             raise ValueError(
-                f"cannot crop {tokens} tokens: layer {layer_idx} is a static sliding-window attention layer of "
+                f"cannot crop {crop}: layer {layer_idx} is a static sliding-window attention layer of "
                 f"{layer.max_cache_len} slots that has taken {held} tokens, so the keys before its window are gone "
                 "(it rolls its slots); nothing was changed. Crop before the window fills, or decode with a dynamic "
                 "DeltaLogCache and cache.activate_past_recording()")
         return
     if not isinstance(layer, DynamicSlidingWindowLayer):
-        raise TypeError(f"cannot crop {tokens} tokens: layer {layer_idx} is a sliding-window layer of a kind this "
+        raise TypeError(f"cannot crop {crop}: layer {layer_idx} is a sliding-window layer of a kind this "
                         f"cache does not know how to check ({type(layer).__name__}); nothing was changed")
     window = layer.sliding_window
     if held < window:
         return  # it still holds every token, as a full-attention layer does
     if not layer.record_past:
         raise ValueError(
-            f"cannot crop {tokens} tokens: layer {layer_idx} is a sliding-window attention layer (window {window}) "
+            f"cannot crop {crop}: layer {layer_idx} is a sliding-window attention layer (window {window}) "
             f"that has seen {held} tokens and keeps only its last {window - 1} keys; nothing was changed. Call "
             "cache.activate_past_recording() before decoding the tokens you may crop")
     kept = 0 if layer.keys is None else int(layer.keys.shape[-2])
     need = tokens + min(window - 1, held - tokens)
     if kept < need:
         raise ValueError(
-            f"cannot crop {tokens} tokens: layer {layer_idx}'s recorded keys (sliding window {window}) cover its last "
+            f"cannot crop {crop}: layer {layer_idx}'s recorded keys (sliding window {window}) cover its last "
             f"{kept} tokens, and the crop needs {need} (the cropped tokens and the window before them); past "
             "recording keeps the keys since the last crop. Nothing was changed")
 
 
+def _count(n: int, noun: str) -> str:
+    """``"1 token"``, ``"3 tokens"``: messages name counts in the singular or plural as English does."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _config_of(model_or_config: Any) -> PretrainedConfig:
+    """The config of a model, of a module wrapping one that forwards ``.config`` (PEFT's ``PeftModel``,
+    ``torch.compile``'s ``OptimizedModule``), or the config itself."""
     if isinstance(model_or_config, PreTrainedModel):
         return model_or_config.config
     if isinstance(model_or_config, PretrainedConfig):
         return model_or_config
+    if isinstance(model_or_config, torch.nn.Module):
+        with contextlib.suppress(Exception):  # a wrapper's __getattr__ may raise anything
+            config = model_or_config.config
+            if isinstance(config, PretrainedConfig):
+                return config
     raise TypeError(
-        f"DeltaLogCache takes a transformers PreTrainedModel or PretrainedConfig; got {type(model_or_config).__name__}"
+        f"DeltaLogCache takes a transformers PreTrainedModel (or a module wrapping one that exposes its .config, such "
+        f"as a PeftModel or torch.compile's module) or a PretrainedConfig; got {type(model_or_config).__name__}: pass "
+        "model.config"
     )
 
 
@@ -1065,7 +1085,7 @@ def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
 class DeltaLogCache(DynamicCache):
     """A transformers cache whose linear-attention layers keep a dense base plus a log of recent rank-1 updates.
 
-    Drop-in for ``generate``: ``model.generate(**inputs, past_key_values=DeltaLogCache(model))`` gives the tokens
+    Drop-in for ``generate``: ``model.generate(**inputs, cache=DeltaLogCache(model))`` gives the tokens
     the default cache gives. Attention layers are transformers' ``DynamicLayer`` s; each linear-attention layer is a
     :class:`DeltaLogLayer`. Building the cache applies :func:`hf_deltalog.patch` (every supported family). For
     flash-linear-attention's model classes (``fla.models``) ``DeltaLogCache(model)`` builds an
@@ -1073,7 +1093,8 @@ class DeltaLogCache(DynamicCache):
     ``stagger_merges`` only.
 
     Args:
-        model_or_config: the model, or its config (a wrapper config resolves to its text config).
+        model_or_config: the model (or a module wrapping it that exposes ``.config``: a PEFT ``PeftModel``,
+            ``torch.compile(model)``), or its config (a wrapper config resolves to its text config).
         merge_interval: ``M ≥ 1``. ``M = 1`` is eager dense decoding. Default (None): the family's (8 for GDN, 4 for
             KDA), except
             that on the Triton backend a layer whose fp32 state is under :data:`DENSE_BELOW_STATE_BYTES` (GDN 64 MiB:
@@ -1270,13 +1291,18 @@ class DeltaLogCache(DynamicCache):
         """
         if self.static:  # one device step counter: generate checks the logs (_check_consistent)
             return
+        repeat = layer_idx == self._order.layer and call in self._order.calls  # as the layer's own step just was
         if not (self._order.begins_forward(layer_idx, call) and _called_by_a_module(layer_idx)):
             return
         if not self._layers_agree_on_host():
             try:
                 self._check_consistent(int(self.get_seq_length()), host_only=True)
             except ValueError as error:
-                raise self._status.reject(str(error)) from None
+                hint = (f" If no forward stopped: a module of layer {layer_idx} called cache.{call}({layer_idx}) a "
+                        "second time in one forward (a layer subclass or hook reading the state after the layer's "
+                        "step), and a step call made twice begins a new forward; read the state with "
+                        f"cache.materialize({layer_idx}) instead, which is not a step call") if repeat else ""
+                raise self._status.reject(f"{error}{hint}") from None
         held = next((layer.base.shape[0] for layer in self._linear_layers if layer.base is not None and layer._seen),
                     None)
         if held is None:
@@ -1812,6 +1838,11 @@ class DeltaLogCache(DynamicCache):
         self._ledger = consumed_ledger(self._ledger, sequences, self.batch_size, int(self.get_seq_length()))
 
 
+# help(DeltaLogCache) and inspect.signature showed __new__'s (model_or_config=None, *args, **kwargs): __init__'s instead
+_init_signature = inspect.signature(DeltaLogCache.__init__)
+DeltaLogCache.__signature__ = _init_signature.replace(parameters=list(_init_signature.parameters.values())[1:])
+
+
 def _layer_tensors(layer: Any) -> list[torch.Tensor]:
     """The tensors a cache layer holds in its attributes (directly, or in a list or a dict, such as conv states)."""
     found = []
@@ -1909,10 +1940,13 @@ def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interr
         fewer = len(rows) <= 1 and 0 < len(reached) < len(order) and reached == order[:len(reached)] \
             and len({tokens[i] for i in reached}) == 1
         cause = (f"Either the model that ran it has only {len(reached)} layers while this cache was built for a "
-                 f"config with {len(order)} (build the cache from the model that uses it), or an earlier forward "
-                 "stopped part-way through the model (call cache.reset() and run the prompt again)"
-                 if fewer else "An earlier forward stopped part-way through the model; call cache.reset() (or build "
-                 "a new DeltaLogCache) and run the prompt again")
+                 f"config with {len(order)} (build the cache from a config that lists the layers the model runs: "
+                 "after removing layers from a model, set its config's num_hidden_layers and layer_types to match), "
+                 "or an earlier forward stopped part-way through the model (call cache.reset() and run the prompt "
+                 "again)"
+                 if fewer else "An earlier forward stopped part-way through the model (or its layers ran out of "
+                 "index order: the cache expects layer 0, 1, 2, ... once each per forward); call cache.reset() (or "
+                 "build a new DeltaLogCache) and run the prompt again")
         raise ValueError(
             f"this DeltaLogCache is inconsistent: it reports {held} tokens, its layers hold {detail} (rows: "
             f"{sorted(rows)}). {cause}"

@@ -163,7 +163,8 @@ class FLADeltaLogState:
                 raise RuntimeError(
                     "a DeltaLog state reached an FLA kernel that hf_deltalog has not bound (was "
                     "hf_deltalog.unpatch() called, or is the layer of a family DeltaLogCache does not serve?); call "
-                    "hf_deltalog.patch() or use FLA's own cache"
+                    "hf_deltalog.patch(), then cache.reset() (this forward stopped part-way and left the cache "
+                    "inconsistent: it refuses further use until reset), or use FLA's own cache"
                 )
             raise AttributeError(  # a read from user code: nothing changes
                 f"{name!r}: cache[{self.layer.layer_idx}]['recurrent_state'] is a DeltaLog handle, not a tensor; "

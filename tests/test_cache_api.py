@@ -84,8 +84,43 @@ def test_model_without_supported_linear_attention():
     attention_only = family_config("qwen3_5", layer_types=["full_attention"] * 4)
     with pytest.raises(ValueError, match="no 'linear_attention' layer"):
         DeltaLogCache(attention_only)
-    with pytest.raises(TypeError, match="takes a transformers PreTrainedModel or PretrainedConfig"):
+    with pytest.raises(TypeError, match=r"takes a transformers PreTrainedModel \(or a module wrapping one .*\) or a "
+                                        r"PretrainedConfig; got dict: pass model.config"):
         DeltaLogCache({"model_type": "qwen3_5_text"})
+
+
+def test_built_from_a_module_wrapping_the_model():
+    """`DeltaLogCache(torch.compile(model))` and `DeltaLogCache(peft_model)` raised TypeError (55th review): a module
+    that forwards `.config` is taken as its model (torch.compile's wrapper compiles nothing until it is called)."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    ref = model.generate(ids, max_new_tokens=6, do_sample=False, cache=DynamicCache(config=model.config))
+
+    class Wrapper(torch.nn.Module):  # as PEFT's PeftModel: `.config` reaches the wrapped model's
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        @property
+        def config(self):
+            return self.inner.config
+
+    for wrapped in (torch.compile(model), Wrapper(model)):
+        cache = DeltaLogCache(wrapped, merge_interval=2)
+        assert [type(layer).__name__ for layer in cache.layers] == [type(layer).__name__ for layer in
+                                                                    DeltaLogCache(model).layers]
+        out = model.generate(ids, max_new_tokens=6, do_sample=False, cache=cache)
+        assert torch.equal(out, ref)
+    with pytest.raises(TypeError, match="got Linear: pass model.config"):
+        DeltaLogCache(torch.nn.Linear(2, 2))  # a module without a config
+
+
+def test_signature_is_the_constructors():
+    """help(DeltaLogCache) and inspect.signature showed __new__'s `(model_or_config=None, *args, **kwargs)`."""
+    import inspect
+
+    params = inspect.signature(DeltaLogCache).parameters
+    assert list(params)[:3] == ["model_or_config", "merge_interval", "backend"] and "stagger_merges" in params
 
 
 def test_cache_of_another_model_is_rejected():
@@ -752,8 +787,42 @@ def test_a_manual_loop_on_a_model_with_fewer_layers_names_that_cause():
         model(ids, past_key_values=cache, use_cache=True)
         with pytest.raises(ValueError, match=r"layer 3: 5, layer 4: 0, layer 5: 0.*the model that ran it has only "
                                              r"4 layers while this cache was built for a config with 6.*build the "
-                                             r"cache from the model that uses it"):
+                                             r"cache from a config that lists the layers the model runs"):
             model(ids[:, -1:], past_key_values=cache, use_cache=True)
+
+
+def test_layer_surgery_and_a_probing_subclass_are_named_in_the_refusal():
+    """Three ways a model runs its layers other than the config says, refused by dynamic mode's per-forward check
+    with a remedy that could not work (55th review): `model.model.layers` cut to 2 with the config unchanged ("build
+    the cache from the model": that is what was done), the layers run in another order ("a forward stopped
+    part-way": none did), and a layer subclass reading `cache.get_recurrent_state(i)` after its step (the same)."""
+    import copy
+
+    base, ids = tiny_model("qwen3_5"), prompt_ids(2, 5)
+    cut = copy.deepcopy(base)
+    cut.model.layers = torch.nn.ModuleList(cut.model.layers[:2])
+    with pytest.raises(ValueError, match=r"has only 2 layers .* set its config's num_hidden_layers and layer_types"):
+        cut.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(cut))
+    swapped = copy.deepcopy(base)
+    layers = swapped.model.layers
+    swapped.model.layers = torch.nn.ModuleList([layers[2], layers[1], layers[0], layers[3]])
+    with pytest.raises(ValueError, match=r"its layers ran out of index order: the cache expects layer 0, 1, 2"):
+        swapped.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(swapped))
+
+    probed = copy.deepcopy(base)
+    for module in probed.modules():
+        if hasattr(module, "A_log") and hasattr(module, "layer_idx"):
+            class Probe(type(module)):
+                def forward(self, hidden_states, cache=None, **kwargs):
+                    out = super().forward(hidden_states, cache=cache, **kwargs)
+                    if cache is not None:
+                        self.last_state = cache.get_recurrent_state(self.layer_idx)
+                    return out
+
+            module.__class__ = Probe
+    with pytest.raises(ValueError, match=r"a module of layer 0 called cache.get_recurrent_state\(0\) a second time "
+                                         r"in one forward .* cache.materialize\(0\) instead"):
+        probed.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(probed))
 
 
 def test_the_fewer_layers_cause_is_named_when_the_unreached_layers_report_the_count():
@@ -1353,13 +1422,18 @@ def test_crop_beyond_the_log_raises_and_changes_nothing():
     first = forward(model, prompt_ids(2, 8), cache)
     decode(model, cache, first, 5)  # 5 steps at M = 4: a merge after the 4th, one entry left
     states = [cache.materialize(i) for i in (0, 2)]
-    with pytest.raises(ValueError, match="keeps only its last 1 decoded tokens in the log"):
+    with pytest.raises(ValueError, match="cannot crop 2 tokens exactly: .* keeps only its last 1 decoded token in the "
+                                         "log"):  # "1 decoded tokens" (53rd review)
         cache.crop(-2)
     assert cache.get_seq_length() == 13 and all(torch.equal(cache.materialize(i), S) for i, S in zip((0, 2), states))
     with pytest.raises(ValueError, match="negative number of tokens"):
         cache.crop(5)
     with pytest.raises(ValueError, match="cannot crop 20 tokens: layer 0 holds 13"):
         cache.crop(-20)
+    plain = DeltaLogCache(model, merge_interval=4)
+    decode(model, plain, forward(model, prompt_ids(2, 8), plain), 2)
+    with pytest.raises(ValueError, match="cannot crop 1 token: rebuilding layer 0's conv window"):  # "1 tokens"
+        plain.crop(-1)
 
 
 # ---------------------------------------------------------------------------------------------- staggered merges
@@ -1428,7 +1502,7 @@ def test_crop_counts_only_decoded_tokens_in_a_staggered_log():
     assert [layer.length.tolist() for layer in cache.deltalog_layers] == [[1, 2]] * 2
     cache.batch_select_indices(torch.tensor([1]))
     snapshot = _crop_snapshot(cache)
-    with pytest.raises(ValueError, match="keeps only its last 1 decoded tokens in the log") as refused:
+    with pytest.raises(ValueError, match="keeps only its last 1 decoded token in the log") as refused:
         cache.crop(-2)
     assert "staggered" not in str(refused.value)  # the bound is the one decoded token, as for aligned rows
     _assert_unchanged(cache, snapshot)

@@ -513,6 +513,29 @@ def test_gpu_only_scripts_say_no_cuda(script):
 
 
 # ------------------------------------------------------------------------------------------------- docstrings
+def test_tpot_report_plots_draw_the_runs_the_table_shows():
+    """The plots drew every loaded run, superseded re-timings too (a zigzag between two runs of one point), while the
+    table showed the first listed (53rd review)."""
+    pytest.importorskip("matplotlib", reason="draws the plots")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    report = load("tpot_report")
+
+    def run(cache, tpot, speedup=None):
+        return dict(model="m", batch=8, mode="graph", cache=cache, prompt_len=64, tpot_ms=tpot, tpot_ms_min=tpot,
+                    tpot_ms_max=tpot, speedup_vs_baseline=speedup)
+
+    newest = [run("static", 10.0), run("deltalog", 8.0, 1.25)]
+    older = [run("static", 20.0), run("deltalog", 10.0, 2.0)]
+    data = dict(meta={}, runs=newest + older, skipped=[])
+    assert "| 10.00 | 8.00 | 1.250× |" in report.table(data)
+    lines = report.plot_tpot(data).axes[0].get_lines()
+    assert sorted(y for line in lines for y in line.get_ydata()) == [8.0, 10.0]
+    (line,) = [ln for ln in report.plot_speedup(data).axes[0].get_lines() if ln.get_label().startswith("m,")]
+    assert list(line.get_ydata()) == [1.25]
+
+
 def test_tpot_report_docstring_names_committed_results():
     doc = load("tpot_report").__doc__
     paths = re.findall(r"eval/results/\S+\.json", doc)

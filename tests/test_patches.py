@@ -115,8 +115,18 @@ def test_state_reaching_an_unbound_recurrence_says_so(clean):
     with torch.no_grad():
         model(prompt_ids(1, 4), cache=cache, use_cache=True)
         hf_deltalog.unpatch()
-        with pytest.raises(RuntimeError, match="reached a recurrence that hf_deltalog has not bound"):
+        with pytest.raises(RuntimeError, match=r"reached a recurrence that hf_deltalog has not bound .* call "
+                                               r"hf_deltalog.patch\(\), then cache.reset\(\)"):
             model(prompt_ids(1, 1), cache=cache, use_cache=True)
+        # the advice works as given: patch() alone leaves the cache locked (the first message said only "call
+        # hf_deltalog.patch()": 53rd review), reset() then frees it
+        hf_deltalog.patch()
+        with pytest.raises(ValueError, match="inconsistent"):
+            model(prompt_ids(1, 1), cache=cache, use_cache=True)
+        cache.reset()
+        fresh = DeltaLogCache(model)
+        assert torch.equal(model(prompt_ids(1, 4), cache=cache, use_cache=True).logits,
+                           model(prompt_ids(1, 4), cache=fresh, use_cache=True).logits)
 
 
 def test_a_deepcopy_after_unpatch_leaves_the_families_unbound(clean):

@@ -446,9 +446,11 @@ def unpatch() -> None:
     """Restore every upstream function that :func:`patch` replaced. Idempotent.
 
     A :class:`~hf_deltalog.DeltaLogCache` built afterwards patches again; one built before cannot be used for decoding
-    until then (its state reaches the upstream recurrence, which raises a RuntimeError saying so). ``generate``'s checks
-    come back with :func:`patch` too: call it (or build the cache in a statement of its own) before
-    ``model.generate(..., cache=DeltaLogCache(model))``, whose ``model.generate`` is looked up before the cache is built.
+    until then: its state reaches the upstream recurrence, which raises a RuntimeError saying so, and that forward,
+    stopped part-way, leaves the cache refusing further use until ``cache.reset()`` (after :func:`patch`).
+    ``generate``'s checks come back with :func:`patch` too: call it (or build the cache in a statement of its own)
+    before ``model.generate(..., cache=DeltaLogCache(model))``, whose ``model.generate`` is looked up before the cache
+    is built.
     An FLA model's ``generate`` with such a cache fails before it decodes, with transformers' ``ValueError`` naming
     ``cache`` as an unused model kwarg: the ``generate`` wrapper handed the cache to FLA's models.
     """
