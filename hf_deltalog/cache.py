@@ -195,7 +195,8 @@ def _triton_kernels(operator: str) -> tuple[Callable, Callable] | None:
 
 NO_BACKWARD_MESSAGE = (
     "backpropagation through a DeltaLogCache is not supported: its recurrent state lives outside autograd (the decode "
-    "step updates it in place), so gradients through cached decoding would be wrong. Decode under torch.no_grad() or "
+    "step updates it in place), so gradients through cached decoding would miss the path through the state. Decode "
+    "under torch.no_grad() or "
     "torch.inference_mode() (generate does); to train, run the model on whole sequences without a cache"
 )
 
