@@ -352,9 +352,6 @@ def main(argv: list[str] | None = None) -> dict:
     from hf_deltalog.interpreter import hide_fla_on_cpu, interpreting
     from hf_deltalog.lm_eval_cli import checkpoint_problem, device_problem, is_fla_checkpoint, output_problem
 
-    problem = args.out is not None and output_problem(args.out)  # results are written after the first task's runs
-    if problem:
-        parser.error(f"--out {problem}")
     for name in args.pretrained:
         problem = checkpoint_problem(name)
         if problem:
@@ -383,6 +380,9 @@ def main(argv: list[str] | None = None) -> dict:
                      f"merge_interval); got {args.merge_interval}")
     if args.fla_kernels == "auto":
         args.fla_kernels = "torch" if cpu_only else "fla"
+    problem = args.out is not None and output_problem(args.out)  # results are written after the first task's runs
+    if problem:
+        parser.error(f"--out {problem}")
 
     import lm_eval
     import transformers

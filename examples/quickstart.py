@@ -74,7 +74,8 @@ def _summary(times: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=CHECKPOINT, help="a from_pretrained directory")
+    parser.add_argument("--model", default=str(CHECKPOINT),
+                        help="a from_pretrained folder (or a hub id already in the local cache)")
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--merge-interval", type=int, default=None, help="DeltaLog M (default: 8 for GDN)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -88,10 +89,10 @@ def main() -> None:
     problem = device_problem(args.device)
     if problem:
         parser.error(f"--device {problem}")
-    problem = checkpoint_problem(str(args.model))  # transformers' "Repo id must be in the form ..." traceback
+    problem = checkpoint_problem(args.model)  # transformers' "Repo id must be in the form ..." traceback
     if problem:
         parser.error(f"--model {problem}")
-    if is_fla_checkpoint(str(args.model)):
+    if is_fla_checkpoint(args.model):
         parser.error(f"{args.model} is a flash-linear-attention checkpoint; the quickstart runs transformers "
                      "checkpoints (compare FLA's with eval/lm_eval_parity.py or eval/gpu_generate_check_fla.py)")
     hide_fla_on_cpu(args.device)  # with the `fla` extra on a CPU: transformers' PyTorch paths (hf_deltalog.interpreter)
@@ -125,7 +126,7 @@ def main() -> None:
     policy = args.merge_interval is None
     ran = ", ".join(f"M = {m}" + (" (dense: the policy's choice for this small state)" if m == 1 and policy else "")
                     for m in ms)
-    print(f"\nmodel: {args.model.name} ({model.config.model_type}, {n_params / 1e6:.1f} M params, fp32), "
+    print(f"\nmodel: {Path(args.model).name} ({model.config.model_type}, {n_params / 1e6:.1f} M params, fp32), "
           f"batch {len(PROMPTS)}, {args.new_tokens} new tokens, device {args.device}, DeltaLog layers ran {ran}")
     print(f"token agreement: {100 * same:.1f}% ({'identical' if same == 1.0 else 'DIFFERENT'})")
     print(f"decode ms per output token, median (range) of {args.repeats} runs: default cache {_summary(dense_ms)}, "

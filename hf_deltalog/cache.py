@@ -908,14 +908,14 @@ def check_sliding_window_crop(layer_idx: int, layer: Any, tokens: int) -> None:
     if not layer.record_past:
         raise ValueError(
             f"cannot crop {crop}: layer {layer_idx} is a sliding-window attention layer (window {window}) "
-            f"that has seen {held} tokens and keeps only its last {window - 1} keys; nothing was changed. Call "
-            "cache.activate_past_recording() before decoding the tokens you may crop")
+            f"that has seen {held} tokens and keeps only its last {_count(window - 1, 'key')}; nothing was changed. "
+            "Call cache.activate_past_recording() before decoding the tokens you may crop")
     kept = 0 if layer.keys is None else int(layer.keys.shape[-2])
     need = tokens + min(window - 1, held - tokens)
     if kept < need:
         raise ValueError(
             f"cannot crop {crop}: layer {layer_idx}'s recorded keys (sliding window {window}) cover its last "
-            f"{kept} tokens, and the crop needs {need} (the cropped tokens and the window before them); past "
+            f"{_count(kept, 'token')}, and the crop needs {need} (the cropped tokens and the window before them); past "
             "recording keeps the keys since the last crop. Nothing was changed")
 
 
@@ -938,8 +938,7 @@ def _config_of(model_or_config: Any) -> PretrainedConfig:
                 return config
     raise TypeError(
         f"DeltaLogCache takes a transformers PreTrainedModel (or a module wrapping one that exposes its .config, such "
-        f"as a PeftModel or torch.compile's module) or a PretrainedConfig; got {type(model_or_config).__name__}: pass "
-        "model.config"
+        f"as a PeftModel or torch.compile's module) or a PretrainedConfig; got {type(model_or_config).__name__}"
     )
 
 
@@ -1839,9 +1838,24 @@ class DeltaLogCache(DynamicCache):
         self._ledger = consumed_ledger(self._ledger, sequences, self.batch_size, int(self.get_seq_length()))
 
 
-# help(DeltaLogCache) and inspect.signature showed __new__'s (model_or_config=None, *args, **kwargs): __init__'s instead
-_init_signature = inspect.signature(DeltaLogCache.__init__)
-DeltaLogCache.__signature__ = _init_signature.replace(parameters=list(_init_signature.parameters.values())[1:])
+class _InitSignature:
+    """``DeltaLogCache.__signature__``: ``__init__``'s parameters, for ``help()`` and ``inspect.signature`` (they showed
+    ``__new__``'s ``(model_or_config=None, *args, **kwargs)``). None, so that inspect looks as usual, for an instance
+    and for a subclass that defines its own ``__new__`` or ``__init__``."""
+
+    def __get__(self, obj: Any, cls: type) -> inspect.Signature | None:
+        if obj is not None:
+            return None
+        for base in cls.__mro__:
+            if base is DeltaLogCache:
+                init = inspect.signature(DeltaLogCache.__init__)
+                return init.replace(parameters=list(init.parameters.values())[1:])
+            if "__new__" in base.__dict__ or "__init__" in base.__dict__:
+                return None
+        return None
+
+
+DeltaLogCache.__signature__ = _InitSignature()
 
 
 def _layer_tensors(layer: Any) -> list[torch.Tensor]:
@@ -1945,9 +1959,11 @@ def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interr
                  "after removing layers from a model, set its config's num_hidden_layers and layer_types to match), "
                  "or an earlier forward stopped part-way through the model (call cache.reset() and run the prompt "
                  "again)"
-                 if fewer else "An earlier forward stopped part-way through the model (or its layers ran out of "
-                 "index order: the cache expects layer 0, 1, 2, ... once each per forward); call cache.reset() (or "
-                 "build a new DeltaLogCache) and run the prompt again")
+                 if fewer else "An earlier forward stopped part-way through the model (call cache.reset(), or build "
+                 "a new DeltaLogCache, and run the prompt again), or the model runs other layers than its config "
+                 "lists: the cache expects layer 0, 1, 2, ... of the config, once each per forward, in that order "
+                 "(after removing or reordering layers, renumber their layer_idx and set the config's "
+                 "num_hidden_layers and layer_types to match, then build a new cache)")
         raise ValueError(
             f"this DeltaLogCache is inconsistent: it reports {held} tokens, its layers hold {detail} (rows: "
             f"{sorted(rows)}). {cause}"

@@ -18,6 +18,7 @@ FLA's PyTorch references, which is much faster); this entry runs one lm-eval eva
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -28,15 +29,14 @@ __all__ = ["checkpoint_problem", "device_problem", "is_fla_checkpoint", "main", 
 
 def checkpoint_problem(pretrained: str) -> str | None:
     """Why ``pretrained`` names no checkpoint, or None. A name written as a local path (absolute, starting with ``.``
-    or ``~``, or with more than one ``/``) must be a folder holding ``config.json``, as an existing folder must;
-    anything else is a hub id, which transformers resolves (and reports on) itself. Without this check a missing
-    folder surfaced as transformers' "Repo id must be in the form ..." traceback after the imports."""
-    path = Path(pretrained).expanduser()
-    if path.is_dir():
-        return None if (path / "config.json").exists() else f"{pretrained}: a folder without config.json (not a " \
-            "checkpoint)"
-    if path.is_absolute() or pretrained.startswith((".", "~")) or pretrained.count("/") > 1:
-        return f"{pretrained}: no such checkpoint folder (a local folder with config.json, or a hub id org/name)"
+    or ``~``, or with more than one ``/``) must be an existing folder; any existing folder passes (a ``subfolder=`` or
+    ``gguf_file=`` checkpoint has no ``config.json`` at its top), and anything else is a hub id, which transformers
+    resolves (and reports on) itself. ``~`` is not expanded, as transformers does not expand it. Without this check
+    a missing folder surfaced as transformers' "Repo id must be in the form ..." traceback after the imports."""
+    if Path(pretrained).is_dir():
+        return None
+    if Path(pretrained).is_absolute() or pretrained.startswith((".", "~")) or pretrained.count("/") > 1:
+        return f"{pretrained}: no such checkpoint folder (a local folder, or a hub id org/name)"
     return None
 
 
@@ -55,21 +55,27 @@ def device_problem(device: str) -> str | None:
 
 
 def output_problem(path: str | Path, folder: bool = True) -> str | None:
-    """Why results cannot be written at ``path`` (a folder, or a file's path when ``folder`` is False), or None.
-    Creates the folder (as the run would) and a temporary file in it, so that an unwritable place is found before the
-    work rather than after it."""
-    path = Path(path).expanduser()
+    """Why results cannot be written at ``path`` (a folder, or a file's path when ``folder`` is False), or None. Tries
+    what the run will do, so that an unwritable place is found before the work rather than after it: creates the
+    missing folders and a temporary file in the last, then removes what it created. ``~`` is not expanded (the
+    writers do not expand it either)."""
+    path = Path(path)
     if folder and path.exists() and not path.is_dir():
         return f"{path} is a file; a folder is expected"
     if not folder and path.is_dir():
         return f"{path} is a folder; a file path is expected"
     where = path if folder else path.parent
+    created = [p for p in (where, *where.parents) if not p.exists()]
     try:
         where.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=where):
             pass
     except OSError as e:
         return f"{path} cannot be written ({e.strerror or e})"
+    finally:
+        for p in created:  # deepest first; only the folders made here, and only while empty
+            with contextlib.suppress(OSError):
+                p.rmdir()
     return None
 
 
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     from hf_deltalog.interpreter import collapse_autotuners, hide_fla_on_cpu, interpreting
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):  # what this entry adds, then lm-eval's own help
+    if not argv or "-h" in argv or "--help" in argv:  # what this entry adds, then lm-eval's own help
         print(f"{__doc__.strip()}\n\nlm-eval's own help follows.\n")
     pretrained, device, output_path = _lm_eval_settings(argv)
     problem = pretrained and checkpoint_problem(pretrained)
@@ -141,9 +147,6 @@ def main(argv: list[str] | None = None) -> None:
     problem = device_problem(device)
     if problem:
         raise SystemExit(f"--device {problem}")
-    problem = output_path and output_problem(output_path, folder=Path(output_path).suffix != ".json")
-    if problem:  # lm-eval writes its results only after the evaluation, and logs a failure without exiting non-zero
-        raise SystemExit(f"--output_path: {problem}")
     if is_fla_checkpoint(pretrained):
         if torch.device(device).type == "cpu" and not interpreting():
             raise SystemExit(
@@ -153,6 +156,12 @@ def main(argv: list[str] | None = None) -> None:
         import fla  # noqa: F401 - registers FLA's model types with transformers' Auto classes
     else:
         hide_fla_on_cpu(device)
+    # lm-eval writes its results only after the evaluation, and logs a failure there without exiting non-zero. A path
+    # ending in .json names a file, written beside it as <stem>_<date>.json; any other names a folder.
+    problem = output_path and output_problem(output_path if Path(output_path).suffix != ".json"
+                                             else Path(output_path).parent)
+    if problem:
+        raise SystemExit(f"--output_path: {problem}")
     collapse_autotuners()  # only under TRITON_INTERPRET=1, where autotuners cannot time their configs
 
     from lm_eval.__main__ import cli_evaluate

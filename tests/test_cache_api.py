@@ -85,7 +85,7 @@ def test_model_without_supported_linear_attention():
     with pytest.raises(ValueError, match="no 'linear_attention' layer"):
         DeltaLogCache(attention_only)
     with pytest.raises(TypeError, match=r"takes a transformers PreTrainedModel \(or a module wrapping one .*\) or a "
-                                        r"PretrainedConfig; got dict: pass model.config"):
+                                        r"PretrainedConfig; got dict"):
         DeltaLogCache({"model_type": "qwen3_5_text"})
 
 
@@ -111,7 +111,7 @@ def test_built_from_a_module_wrapping_the_model():
                                                                     DeltaLogCache(model).layers]
         out = model.generate(ids, max_new_tokens=6, do_sample=False, cache=cache)
         assert torch.equal(out, ref)
-    with pytest.raises(TypeError, match="got Linear: pass model.config"):
+    with pytest.raises(TypeError, match="or a PretrainedConfig; got Linear"):
         DeltaLogCache(torch.nn.Linear(2, 2))  # a module without a config
 
 
@@ -121,6 +121,16 @@ def test_signature_is_the_constructors():
 
     params = inspect.signature(DeltaLogCache).parameters
     assert list(params)[:3] == ["model_or_config", "merge_interval", "backend"] and "stagger_merges" in params
+
+    class Windowed(DeltaLogCache):  # a subclass showed DeltaLogCache's parameters, not its own (56th review)
+        def __init__(self, model, window=4):
+            super().__init__(model)
+
+    class Plain(DeltaLogCache):
+        pass
+
+    assert list(inspect.signature(Windowed).parameters) == ["model", "window"]
+    assert list(inspect.signature(Plain).parameters) == list(params)
 
 
 def test_cache_of_another_model_is_rejected():
@@ -806,8 +816,24 @@ def test_layer_surgery_and_a_probing_subclass_are_named_in_the_refusal():
     swapped = copy.deepcopy(base)
     layers = swapped.model.layers
     swapped.model.layers = torch.nn.ModuleList([layers[2], layers[1], layers[0], layers[3]])
-    with pytest.raises(ValueError, match=r"its layers ran out of index order: the cache expects layer 0, 1, 2"):
+    config_advice = (r"the model runs other layers than its config lists: the cache expects layer 0, 1, 2, \.\.\. "
+                     r"of the config, once each per forward, in that order \(after removing or reordering layers, "
+                     r"renumber their layer_idx and set the config's num_hidden_layers and layer_types")
+    with pytest.raises(ValueError, match=config_advice):
         swapped.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(swapped))
+    gapped = copy.deepcopy(base)  # layers 0 and 3 kept: "stopped part-way; reset()" alone (56th review)
+    gapped.model.layers = torch.nn.ModuleList([gapped.model.layers[0], gapped.model.layers[3]])
+    with pytest.raises(ValueError, match=config_advice):
+        gapped.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(gapped))
+    # the advice works: layers renumbered, the config set to match
+    for i, layer in enumerate(gapped.model.layers):
+        for module in layer.modules():
+            if hasattr(module, "layer_idx"):
+                module.layer_idx = i
+    gapped.config.num_hidden_layers, gapped.config.layer_types = 2, ["linear_attention", "full_attention"]
+    want = gapped.generate(ids, max_new_tokens=3, do_sample=False, cache=DynamicCache(config=gapped.config))
+    got = gapped.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(gapped))
+    assert torch.equal(got, want)
 
     probed = copy.deepcopy(base)
     for module in probed.modules():

@@ -326,13 +326,12 @@ def test_lm_eval_cli_reads_a_config_file_below_the_command_line(tmp_path):
     (["--model_args", "pretrained=/nonexistent/ckpt", "--device", "cpu"],
      "pretrained=/nonexistent/ckpt: no such checkpoint folder"),
     (["--model_args", "pretrained=./no/such/ckpt", "--device", "cpu"], "no such checkpoint folder"),
-    (["--model_args", f"pretrained={CHECKPOINTS[0].parent}", "--device", "cpu"], "a folder without config.json"),
     (["--model_args", "pretrained=CKPT", "--device", "gpu"], "--device gpu: not a torch device; use cpu or cuda"),
     # an unwritable --output_path: lm-eval logged the failure after the evaluation and exited 0
     (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE/results"],
      "--output_path: FILE/results cannot be written"),
     (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE/r.json"],
-     "--output_path: FILE/r.json cannot be written"),
+     "--output_path: FILE is a file; a folder is expected"),  # lm-eval writes FILE/r_<date>.json
     (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE"], "FILE is a file"),
 ])
 def test_lm_eval_cli_refuses_bad_settings_before_the_work(args, says, tmp_path):
@@ -348,6 +347,25 @@ def test_lm_eval_cli_refuses_bad_settings_before_the_work(args, says, tmp_path):
     with pytest.raises(SystemExit) as err:
         lm_eval_cli.main(["--model", "hf-cached", *args, "--tasks", "shakespeare_next_line_mc", "--limit", "1"])
     assert says in str(err.value)
+
+
+def test_checkpoint_and_output_checks_take_what_the_run_takes_and_leave_nothing_behind(tmp_path, monkeypatch):
+    """The checks must not refuse what transformers and lm-eval accept (56th review: a `subfolder=` checkpoint, whose
+    folder has no config.json, was refused) nor leave folders behind when a run is refused; `~` is taken literally,
+    as the code that loads and writes takes it."""
+    from hf_deltalog.lm_eval_cli import checkpoint_problem, output_problem
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "repo" / "gdn").mkdir(parents=True)
+    for name in ("org/name", "gpt2", "repo", "./repo/", str(tmp_path / "repo"), str(CHECKPOINTS[0])):
+        assert checkpoint_problem(name) is None, name
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("./nosuch", "~/repo", "a/b/c", "/nonexistent"):
+        assert "no such checkpoint folder" in checkpoint_problem(name), name
+    assert output_problem("new/deep/out") is None and output_problem("new2/r.json", folder=False) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]  # nothing created is left
+    (tmp_path / "keep").mkdir()
+    assert output_problem("keep") is None and (tmp_path / "keep").is_dir()  # what existed stays
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")

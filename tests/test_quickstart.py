@@ -40,7 +40,9 @@ def test_quickstart_refuses_bad_options_and_fla_checkpoints():
                           (["--model", str(ckpt)], "is a flash-linear-attention checkpoint"),
                           (["--merge-interval", "0"], "--merge-interval must be an integer in [1, 1024]"),
                           # a traceback from transformers ("Repo id must be in the form ...": 53rd review)
-                          (["--model", "/nonexistent/ckpt"], "--model /nonexistent/ckpt: no such checkpoint folder")):
+                          (["--model", "/nonexistent/ckpt"], "--model /nonexistent/ckpt: no such checkpoint folder"),
+                          # argparse's Path dropped the ./, and the name went to the hub (56th review)
+                          (["--model", "./nosuch/ckpt"], "--model ./nosuch/ckpt: no such checkpoint folder")):
         run = subprocess.run(python_script_command(SCRIPT, *args, "--device", "cpu"), capture_output=True, text=True,
                              timeout=600)
         assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]

@@ -37,7 +37,9 @@ def test_cached_scoring_matches_full_forward(family, cache):
             if hasattr(module, "bonus"):
                 module.bonus.normal_(0.0, 0.5)
     fused_recurrent_under_interpreter(model)
-    lm = CachedHFLM(pretrained=model, tokenizer=tok, batch_size=3, cache=cache, merge_interval=2)
+    # merge_interval configures DeltaLogCache only (refused with the default cache, which would ignore it)
+    lm = CachedHFLM(pretrained=model, tokenizer=tok, batch_size=3, cache=cache,
+                    merge_interval=2 if cache == "deltalog" else None)
     assert lm.is_fla_model
     texts = [("ROMEO:\nBut soft, what light", " through yonder window breaks?"),
              ("JULIET:\nO Romeo, Romeo!", " wherefore art thou Romeo?\nDeny thy father"),
