@@ -1956,14 +1956,15 @@ def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interr
             and len({tokens[i] for i in reached}) == 1
         cause = (f"Either the model that ran it has only {len(reached)} layers while this cache was built for a "
                  f"config with {len(order)} (build the cache from a config that lists the layers the model runs: "
-                 "after removing layers from a model, set its config's num_hidden_layers and layer_types to match), "
+                 "after removing layers from a model, set its config's num_hidden_layers, and layer_types where it "
+                 "has them, to match), "
                  "or an earlier forward stopped part-way through the model (call cache.reset() and run the prompt "
                  "again)"
                  if fewer else "An earlier forward stopped part-way through the model (call cache.reset(), or build "
                  "a new DeltaLogCache, and run the prompt again), or the model runs other layers than its config "
                  "lists: the cache expects layer 0, 1, 2, ... of the config, once each per forward, in that order "
                  "(after removing or reordering layers, renumber their layer_idx and set the config's "
-                 "num_hidden_layers and layer_types to match, then build a new cache)")
+                 "num_hidden_layers, and layer_types where it has them, to match, then build a new cache)")
         raise ValueError(
             f"this DeltaLogCache is inconsistent: it reports {held} tokens, its layers hold {detail} (rows: "
             f"{sorted(rows)}). {cause}"

@@ -811,14 +811,16 @@ def test_layer_surgery_and_a_probing_subclass_are_named_in_the_refusal():
     base, ids = tiny_model("qwen3_5"), prompt_ids(2, 5)
     cut = copy.deepcopy(base)
     cut.model.layers = torch.nn.ModuleList(cut.model.layers[:2])
-    with pytest.raises(ValueError, match=r"has only 2 layers .* set its config's num_hidden_layers and layer_types"):
+    with pytest.raises(ValueError, match=r"has only 2 layers .* set its config's num_hidden_layers, and layer_types "
+                                         r"where it has them, to match"):
         cut.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(cut))
     swapped = copy.deepcopy(base)
     layers = swapped.model.layers
     swapped.model.layers = torch.nn.ModuleList([layers[2], layers[1], layers[0], layers[3]])
     config_advice = (r"the model runs other layers than its config lists: the cache expects layer 0, 1, 2, \.\.\. "
                      r"of the config, once each per forward, in that order \(after removing or reordering layers, "
-                     r"renumber their layer_idx and set the config's num_hidden_layers and layer_types")
+                     r"renumber their layer_idx and set the config's num_hidden_layers, and layer_types where it "
+                     r"has them, to match")
     with pytest.raises(ValueError, match=config_advice):
         swapped.generate(ids, max_new_tokens=3, do_sample=False, cache=DeltaLogCache(swapped))
     gapped = copy.deepcopy(base)  # layers 0 and 3 kept: "stopped part-way; reset()" alone (56th review)

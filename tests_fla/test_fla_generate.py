@@ -477,8 +477,8 @@ def test_a_manual_loop_on_a_model_with_fewer_layers_names_that_cause(family):
     with torch.no_grad():
         model(ids, past_key_values=cache, use_cache=True)
         with pytest.raises(ValueError, match=r"layer 1: 5, layer 2: 0.*the model that ran it has only 2 layers while "
-                                             r"this cache was built for a config with 3.*build the cache from the "
-                                             r"model that uses it"):
+                                             r"this cache was built for a config with 3.*build the cache from a "
+                                             r"config that lists the layers the model runs"):
             model(ids[:, -1:], past_key_values=cache, use_cache=True)
 
 
