@@ -127,8 +127,9 @@ def parse(argv=None):
         label, sep, path = name.partition("=")
         if sep and not (label and path):
             p.error(f"--models: {name!r} is not NAME=PATH (both parts non-empty)")
-        if sep and checkpoint_problem(path):  # transformers' "Repo id must be in the form ..." after the imports
-            p.error(f"--models {name}: {checkpoint_problem(path)}")
+        problem = sep and checkpoint_problem(path)  # transformers' "Repo id must be in the form ..." after imports
+        if problem:
+            p.error(f"--models {name}: {problem}")
         if not sep and name not in MODELS and name != "smoke":
             p.error(f"--models: unknown model {name!r}; accepted: {', '.join(MODELS)}, smoke (the --cpu-smoke model) "
                     "or NAME=PATH of a trained checkpoint folder")
