@@ -507,6 +507,14 @@ class DeltaLogLayer(LinearAttentionLayer):
     # ------------------------------------------------------------------ transformers' layer API
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
                           **kwargs) -> torch.Tensor:
+        """Store conv window ``state_idx`` as transformers' ``LinearAttentionLayer.update_conv_state`` does (the model's
+        ``[B, D, W]`` pre-conv columns, time last; a ``[B, W]`` token history for qwen4_exp's state 2) and mark the
+        layer as inside a step until it stores its recurrent state. Returns the stored window (upstream's return).
+
+        Raises:
+            ValueError: (locking the cache when raised inside a forward) the layer holds another number of rows, or a
+                window of another channel shape (the cache belongs to a model of another configuration).
+        """
         current = self.conv_states[state_idx]
         if self.has_previous_state[state_idx] and current is not None:
             if current.shape[0] != conv_states.shape[0]:
@@ -731,7 +739,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0), in_place=False)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices``."""
+        """Keep the rows ``indices`` (``[B']`` integer tensor, already checked by
+        :meth:`DeltaLogCache.batch_select_indices`) of every per-row tensor (base, log, counters, conv states); the
+        buffers are replaced by new ones of ``B'`` rows."""
         self._map_batch(lambda t: t[indices.to(t.device)], in_place=False)
 
     def reset(self) -> None:
@@ -1484,6 +1494,14 @@ class DeltaLogCache(DynamicCache):
         return super().get_conv_state(layer_idx, state_idx)
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs):
+        """The model's store of layer ``layer_idx``'s conv window ``state_idx`` (``[B, D, W]``, the model's dtype; see
+        :meth:`DeltaLogLayer.update_conv_state`). It opens the layer's step: the layers must run in ``layer_idx``
+        order, once per forward, with the rows of the tokens the cache holds.
+
+        Raises:
+            TypeError / ValueError: no such layer, not a linear-attention layer, a step out of order or another
+                number of rows (locking the cache until ``reset()``), or a locked cache.
+        """
         self._require_linear(layer_idx)
         if layer_idx == 0:
             self._track_inference_mode()
@@ -1534,6 +1552,15 @@ class DeltaLogCache(DynamicCache):
         return layer.handle if (layer.has_previous_state[0] and layer.base is not None) else None
 
     def update_recurrent_state(self, recurrent_states: Any, layer_idx: int, state_idx: int = 0, **kwargs) -> Any:
+        """The model's store of layer ``layer_idx``'s recurrent state, which closes the layer's step: a dense
+        ``[B, HV, K, V]`` tensor (any float dtype, converted to the fp32 base) from a prefill or multi-token forward
+        restarts the log from it; the layer's own :class:`DeltaLogState` (what a decode step returns) is a no-op
+        beyond counting the step. Returns what the model keeps (the handle).
+
+        Raises:
+            TypeError: neither a tensor nor a DeltaLogState. ValueError: no such layer, not a linear-attention layer,
+                ``state_idx`` other than 0, a state of another shape, or another layer's or cache's handle.
+        """
         return self._require_linear(layer_idx).update_recurrent_state(recurrent_states, state_idx, **kwargs)
 
     def materialize(self, layer_idx: int) -> torch.Tensor:
@@ -1570,6 +1597,9 @@ class DeltaLogCache(DynamicCache):
         return self.deltalog_layers[0].seen_tokens()
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+        """``(kv_length, kv_offset)`` for building the attention mask of a forward of ``query_length`` tokens:
+        transformers' answer for hybrid configs (their attention layers hold the keys); for configs with no attention
+        layer, the tokens held plus ``query_length``, offset 0 (what ``DynamicCache`` returns there)."""
         if self._has_attention() or layer_idx >= len(self.layers):
             return super().get_mask_sizes(query_length, layer_idx)
         return self.get_seq_length() + query_length, 0
