@@ -8,7 +8,7 @@
    faster layout in the same run, ours per M, the best M and its speedup, the fraction of the DeltaLog floor,
    ReplaySSM's best ring length (GDN, KDA). RWKV6's B = 512 row is round 49's (round 48's limit cut it).
 
-    python eval/stagger_tables.py [--root eval/results/h200]
+    python eval/stagger_tables.py [--root eval/results/h200] [--plot eval/results/h200/staggered_kernel_tables.png]
 """
 
 from __future__ import annotations
@@ -83,13 +83,19 @@ def tpot_ab_table(root: Path, sources=TPOT_AB) -> str:
     return "\n".join(lines)
 
 
+def full_rows(root: Path, op: str) -> list[dict]:
+    """The rows of one operator's staggered kernel table: round 48's, with RWKV6's B = 512 from round 49."""
+    rows = json.loads((root / "round48" / "full" / op / f"bench_{op}_decode.json").read_text())["rows"]
+    if op == "rwkv6":  # round 48's limit cut B = 512; round 49 ran it alone
+        extra = json.loads((root / "round49" / "full" / op / f"bench_{op}_decode.json").read_text())["rows"]
+        rows = [r for r in rows if r["B"] != 512] + extra
+    return rows
+
+
 def full_tables(root: Path) -> str:
     out = []
     for op in OPS:
-        rows = json.loads((root / "round48" / "full" / op / f"bench_{op}_decode.json").read_text())["rows"]
-        if op == "rwkv6":  # round 48's limit cut B = 512; round 49 ran it alone
-            extra = json.loads((root / "round49" / "full" / op / f"bench_{op}_decode.json").read_text())["rows"]
-            rows = [r for r in rows if r["B"] != 512] + extra
+        rows = full_rows(root, op)
         Ms = sorted({r["M"] for r in rows if r["variant"] == "deltalog" and r["M"] and r["M"] > 1})
         head = ["B", "FLA µs (faster layout)"] + [f"M={m} µs" for m in Ms] + ["best M", "×FLA", "% of floor"]
         head += ["ReplaySSM best µs", "×ReplaySSM"] if op != "rwkv6" else []
@@ -114,6 +120,71 @@ def full_tables(root: Path) -> str:
     return "\n".join(out)
 
 
+def plot_full_tables(root: Path, path: Path) -> Path:
+    """The staggered kernel tables as one PNG, a column per operator. Top: µs per token against B (log-log) for FLA's
+    faster layout at each B, ours per M (V-first base), ReplaySSM's best ring length (GDN, KDA), the dense floor
+    (2 × state bytes / copy bandwidth) and the DeltaLog floor at M = 8, all from the same runs. Bottom: the speedup
+    of each over FLA's faster layout at the same B. Returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, grid = plt.subplots(2, len(OPS), figsize=(15, 9), sharey="row")
+    for ax, sax, op in zip(grid[0], grid[1], OPS):
+        rows = [r for r in full_rows(root, op) if r.get("amortized_us")]
+        Bs = sorted({r["B"] for r in rows})
+
+        def best(pred, rows=rows, Bs=Bs):  # [(B, fastest µs among the rows pred accepts)]
+            pts = []
+            for B in Bs:
+                at = [r for r in rows if r["B"] == B and pred(r)]
+                if at:
+                    pts.append((B, min(r["amortized_us"] for r in at)))
+            return pts
+
+        series = {"FLA (faster layout)": best(lambda r: r["variant"].startswith("fla"))}
+        for M in sorted({r["M"] for r in rows if r["variant"] == "deltalog" and r["M"] and r["M"] > 1}):
+            series[f"DeltaLog M={M}"] = best(lambda r, M=M: r["variant"] == "deltalog" and r["M"] == M
+                                             and r["layout"] == "VK")
+        if op != "rwkv6":
+            series["ReplaySSM (best L)"] = best(lambda r: r["variant"] == "replayssm")
+        color = {name: f"C{i}" for i, name in enumerate(series)}  # one color per series in both panels
+        for name, pts in series.items():
+            style = "-s" if not name.startswith("DeltaLog") else "-o"
+            ax.plot([b for b, _ in pts], [t for _, t in pts], style, label=name, markersize=3, linewidth=1,
+                    color=color[name])
+        floors = {"dense floor": lambda r: r["variant"] == "deltalog" and r["M"] == 1,
+                  "DeltaLog floor M=8": lambda r: r["variant"] == "deltalog" and r["M"] == 8}
+        for name, pred in floors.items():
+            pts = {r["B"]: r["floor_us"] for r in rows if pred(r) and r.get("floor_us")}
+            ax.plot(sorted(pts), [pts[b] for b in sorted(pts)], "--", linewidth=0.8, label=name,
+                    color="k" if name == "dense floor" else "grey")
+        fla = dict(series["FLA (faster layout)"])
+        for name, pts in series.items():
+            if name.startswith("FLA"):
+                continue
+            style = "-s" if not name.startswith("DeltaLog") else "-o"
+            sax.plot([b for b, _ in pts], [fla[b] / t for b, t in pts], style, label=name, markersize=3, linewidth=1,
+                     color=color[name])
+        sax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_title(f"{op.upper()} decode, H200, staggered phases")
+        ax.legend(fontsize=7)
+        sax.set_xlabel("batch B")
+        sax.legend(fontsize=7)
+        for a in (ax, sax):
+            a.set_xscale("log", base=2)
+            a.grid(True, which="both", linewidth=0.3)
+    grid[0][0].set_ylabel("µs per decode token (amortized over whole cycles)")
+    grid[1][0].set_ylabel("speedup over FLA's faster layout (same run)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def source_files(root: Path) -> list[Path]:
     """The committed JSONs the three tables read, under ``root``."""
     files = _ab_files(root) + [root / rnd / folder / "tpot.json" for rnd, folder in TPOT_AB]
@@ -125,12 +196,16 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--root", type=Path, default=Path(__file__).parent / "results" / "h200",
                    help="the H200 results folder holding round47/ ... round53/ (default: eval/results/h200)")
+    p.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                   help="also draw the staggered kernel tables (one panel per operator) into this PNG")
     a = p.parse_args(argv)
     missing = [str(f.relative_to(a.root)) for f in source_files(a.root) if not f.is_file()]
     if missing:
         p.error(f"--root {a.root}: not the H200 results folder (expected round47/ ... round53/ with the "
                 f"staggered-merge measurements); missing {len(missing)} of its files, e.g. {', '.join(missing[:3])}")
     print(ab_table(a.root), "", tpot_ab_table(a.root), "", full_tables(a.root), sep="\n")
+    if a.plot is not None:
+        print(f"wrote {plot_full_tables(a.root, a.plot)}")
 
 
 if __name__ == "__main__":

@@ -225,6 +225,20 @@ def test_stagger_tables_from_the_committed_results():
     assert len(tables.ab_table(root).splitlines()) == 2 + 33 and "**RWKV6**" in tables.full_tables(root)
 
 
+def test_stagger_tables_plot(tmp_path):
+    """``--plot`` draws the staggered kernel tables BENCHMARKS.md embeds: a PNG is written where asked, and the rows
+    it draws are the tables' (RWKV6's B = 512 from round 49, every B of the table present for each operator)."""
+    spec = importlib.util.spec_from_file_location("stagger_tables", SCRIPT.parent / "stagger_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    root = SCRIPT.parent / "results" / "h200"
+    for op in tables.OPS:
+        rows = tables.full_rows(root, op)
+        assert {r["B"] for r in rows if r.get("amortized_us")} == {1, 8, 32, 64, 128, 256, 512}, op
+    png = tables.plot_full_tables(root, tmp_path / "sub" / "tables.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_merge_interval_precision_script_smoke(tmp_path):
     """eval/merge_interval_precision.py on a few steps: every operator, decay regime and M gives a row of finite
     positive error ratios, and the JSON and CSV it writes hold the same rows."""
@@ -243,3 +257,31 @@ def test_merge_interval_precision_script_smoke(tmp_path):
     # 2 seeds the minimum; 42nd review)
     assert script.median(torch.tensor([0.6, 0.87])) == pytest.approx(0.735)
     assert script.median(torch.tensor([3.0, 1.0, 2.0])) == 2.0
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda", "rwkv6"])
+def test_large_grid_check_logic_on_tiny_shapes(op, monkeypatch):
+    """eval/gpu_large_grid_check.py (run on the H200 at B·HV ≥ 65,536 and > 2**31 state elements) on tiny shapes under
+    the interpreter: its rows-in-every-phase setup and its row-subset comparison with the reference pass for the real
+    kernels in both layouts, and fail when the kernel's base is corrupted, so a GPU pass means the rows matched."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("gpu_large_grid_check", SCRIPT.parent / "gpu_large_grid_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    dims = {"HK": 2, "HV": 4, "K": 16, "V": 8}
+    for v_first in (True, False):
+        r = check.run(op, 6, v_first, 5, "cpu", **dims)
+        assert r["ok"] and r["checked_rows"] == [0, 1, 3, 4, 5] and r["max_abs_diff"] < 1e-5, r
+    real_case = check.case
+
+    def corrupted_case(*args, **kwargs):  # the real kernel, then the last row's base off by 1e-3
+        *head, kernel, gate = real_case(*args, **kwargs)
+
+        def bad_kernel(*a, **kw):
+            o = kernel(*a, **kw)
+            a[5][-1] += 1e-3  # a[5]: the base buffer
+            return o
+        return (*head, bad_kernel, gate)
+
+    monkeypatch.setattr(check, "case", corrupted_case)
+    assert not check.run(op, 6, True, 5, "cpu", **dims)["ok"]
