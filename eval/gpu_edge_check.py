@@ -29,10 +29,13 @@ B, HK, HV, K, V, M, T = 3, 2, 4, 64, 32, 8, 20
 C = M - 1
 
 
-def case(op: str, dev: str, length_dtype: torch.dtype, gen: torch.Generator):
-    """(per-step inputs [T entries], base, log buffers, workspace, reference, kernel, index of the gate input)."""
-    r = lambda *s: torch.randn(*s, generator=gen).to(dev)  # noqa: E731
-    u = lambda *s: torch.rand(*s, generator=gen).to(dev)  # noqa: E731
+def case(op: str, dev: str, length_dtype: torch.dtype, gen: torch.Generator, B=B, HK=HK, HV=HV, K=K, V=V, C=C, T=T):
+    """(per-step inputs [T entries], base, log buffers, workspace, reference, kernel, index of the gate input).
+
+    The inputs are drawn from ``gen`` on its own device (a CPU generator: drawn there, then moved to ``dev``; a CUDA
+    one draws on the GPU, for states too large to draw on the host). RWKV6 has no key heads (``HK`` unused)."""
+    r = lambda *s: torch.randn(*s, generator=gen, device=gen.device).to(dev)  # noqa: E731
+    u = lambda *s: torch.rand(*s, generator=gen, device=gen.device).to(dev)  # noqa: E731
     length = torch.zeros(B, dtype=length_dtype, device=dev)
     if op == "gdn":
         x = [r(B, T, HK, K), r(B, T, HK, K), r(B, T, HV, V), -u(B, T, HV) * 0.1, u(B, T, HV)]
