@@ -14,6 +14,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # must precede any triton import (the kern
 import numpy as np
 import pytest
 import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as upstream
 
 pytest.importorskip("triton", reason="triton is not installed: the fused DeltaLog kernel cannot run")
 
@@ -31,6 +32,10 @@ from hf_deltalog.kernels.gdn.naive import (  # noqa: E402
 )
 
 BUFFER_NAMES = ("base", "log_decay", "k_log", "u_log", "decay_log", "length")
+# transformers' pure-PyTorch recurrence, undecorated (a patch or FLA may be bound to the module global elsewhere)
+UPSTREAM_RECURRENCE = getattr(upstream.torch_recurrent_gated_delta_rule, "__wrapped__",
+                              upstream.torch_recurrent_gated_delta_rule)
+UPSTREAM_RECURRENCE = getattr(UPSTREAM_RECURRENCE, "__deltalog_upstream__", UPSTREAM_RECURRENCE)
 
 
 def make_state(B, Hk, HV, K, V, M, state_v_first, lengths, seed, length_dtype=torch.int32):
@@ -216,7 +221,10 @@ ROLLOUT_TOL = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (8e-3, 2e-5), torch.
     ],
 )
 def test_rollout_matches_fp64_recurrence(M, state_v_first, dtype):
-    B, Hk, HV, K, V = 2, 1, 2, 16, 16
+    """Every step of ≥ 3 merge cycles against the dense recurrence in float64 (``naive_recurrent_gated_delta_rule``)
+    and against transformers' own ``torch_recurrent_gated_delta_rule`` (fp32 inside, carrying its own state), with
+    K ≠ V, two value heads per key head and two value tiles per head."""
+    B, Hk, HV, K, V = 2, 2, 4, 16, 32
     C = M - 1
     lengths = [0, C // 2]  # rows out of phase from the first step
     ours = make_state(B, Hk, HV, K, V, M, state_v_first, lengths, seed=5)
@@ -225,6 +233,7 @@ def test_rollout_matches_fp64_recurrence(M, state_v_first, dtype):
     gen = torch.Generator().manual_seed(6)
     steps = 3 * M + 1  # ≥ 3 merge cycles for every row
     out_tol, state_tol = ROLLOUT_TOL[dtype]
+    S_upstream = S.float()
     merges = torch.zeros(B, dtype=torch.int64)
     for step in range(steps):
         q, k, v, g, beta = make_inputs(B, Hk, HV, K, V, dtype, gen)
@@ -236,6 +245,10 @@ def test_rollout_matches_fp64_recurrence(M, state_v_first, dtype):
         )
         err_o = (o.double() - o_ref).abs().max() / o_ref.abs().max()
         assert err_o < out_tol, f"step {step}: output relative error {err_o:.2e}"
+        o_up, S_upstream = UPSTREAM_RECURRENCE(q, k, v, g.float(), beta.float(), initial_state=S_upstream,
+                                               output_final_state=True, use_qk_l2norm_in_kernel=True)
+        err_up = (o.double() - o_up.double()).abs().max() / o_up.double().abs().max()
+        assert err_up < out_tol, f"step {step}: output relative difference to transformers' {err_up:.2e}"
         S_ours = naive_deltalog_gdn_materialize(*ours, state_v_first=state_v_first).double()
         err_s = (S_ours - S).abs().max() / S.abs().max()
         assert err_s < state_tol, f"step {step}: state relative error {err_s:.2e}"
