@@ -68,7 +68,54 @@ def test_greedy_matches_fla_cache(family, merge_interval):
     assert M == (merge_interval or {"rwkv6": 8, "gated_deltanet": 8, "kda": 4}[family])
     layers = cache.deltalog_layers
     assert len(layers) == 2 and all(layer.backend == "torch" for layer in layers)
-    assert all(layer.length.tolist() == [(NEW - 1) % M] * 2 for layer in layers)  # the log filled and merged
+    # the log's length after NEW - 1 decode steps: M = 1, 2 and KDA's 4 merged; the default M = 8 of RWKV6 and
+    # GatedDeltaNet has not yet (test_merges_at_the_default_and_at_m8 decodes past it)
+    assert all(layer.length.tolist() == [(NEW - 1) % M] * 2 for layer in layers)
+
+
+LONG = 10  # 9 decode steps: past a merge at M = 8
+
+
+@pytest.mark.parametrize("merge_interval", [None, 8])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_merges_at_the_default_and_at_m8(family, merge_interval):
+    """The default M (8 for RWKV6 and GatedDeltaNet, 4 for KDA) and M = 8 through a merge: FLA's cache's tokens."""
+    model, ids = tiny_model(family), prompt_ids(2, PROMPT)
+    ref, _ = generate_ref(model, ids, max_new_tokens=LONG, **GREEDY)
+    cache = DeltaLogCache(model, merge_interval=merge_interval)
+    out = generate_ours(model, ids, cache, max_new_tokens=LONG, **GREEDY)
+    assert torch.equal(out.sequences, ref.sequences) and max_logit_diff(out, ref) <= 1e-4
+    M = cache.merge_interval
+    assert M == (merge_interval or {"rwkv6": 8, "gated_deltanet": 8, "kda": 4}[family]) and LONG - 1 >= M
+    assert all(layer.length.tolist() == [(LONG - 1) % M] * 2 for layer in cache.deltalog_layers)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("prefill", [1, 7, 55, 64])
+def test_split_invariance(family, prefill):
+    """A prefill of ``prefill`` tokens, then 9 one-token forwards (M = 4: two merges), gives the logits of FLA's own
+    cache driven the same way and, up to 64 tokens in all, of a full forward. FLA 0.6.0's chunked kernels take 64-token
+    chunks, and with more than one chunk they fail under the Triton interpreter (``fla/ops/common/chunk_h.py``:
+    "'int' object has no attribute 'to'"), so on the CPU a 64-token prefill is compared with FLA's cache only, and
+    65 tokens cannot be prefilled at all."""
+    model = tiny_model(family, layers=1)
+    ids = prompt_ids(2, prefill + 9, seed=9)
+
+    def split(cache):
+        logits = [model(ids[:, :prefill], past_key_values=cache, use_cache=True).logits]
+        for t in range(prefill, ids.shape[1]):
+            logits.append(model(ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits)
+        return torch.cat(logits, dim=1)
+
+    with torch.no_grad():
+        cache = DeltaLogCache(model, merge_interval=4)
+        ours, fla = split(cache), split(Cache())
+        assert max_abs(ours, fla) <= 1e-5
+        if ids.shape[1] <= 64:  # one chunk (see above)
+            full = model(ids, use_cache=False).logits
+            assert max_abs(ours, full) <= 1e-4  # the chunked form against the recurrent one: fp32 rounding
+    assert cache.get_seq_length() == ids.shape[1]
+    assert all(layer.length.tolist() == [9 % 4] * 2 for layer in cache.deltalog_layers)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
