@@ -8,8 +8,9 @@ generation that differs, the first step where the tokens part and both runs' top
 two best tokens, within 4 units in the last place of the run's dtype, explains a difference). A NaN score on either
 side counts as an infinite difference. Writes `parity.json` and `parity.md` (a side-by-side table) to `--out`.
 
-Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`) and any standard
-lm-eval task name whose data is available (cached or downloadable); a task that cannot load is reported as skipped.
+Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`), any standard
+lm-eval task name whose data is available (cached or downloadable), and the tasks of `--include-path` folders (task
+YAMLs of your own, as lm-eval's `--include_path` takes them); a task that cannot load is reported as skipped.
 
     python eval/lm_eval_parity.py --pretrained eval/checkpoints/gdn-shakespeare eval/checkpoints/kda-shakespeare \\
         --dtype float32 --device cpu --batch-size 16 --out eval/results/lm_eval_parity/cpu_fp32
@@ -327,6 +328,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pretrained", nargs="+", required=True, help="checkpoint directories (or hub ids)")
     parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
+    parser.add_argument("--include-path", type=Path, nargs="+", default=[], metavar="DIR",
+                        help="folders of more task YAMLs, searched besides eval/tasks/ (lm-eval's --include_path)")
     parser.add_argument("--limit", type=positive_int, default=None, help="documents per task (default: all)")
     parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -346,6 +349,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out} is a file; --out names the folder for parity.json and parity.md")
+    for folder in args.include_path:
+        if not folder.is_dir():
+            parser.error(f"--include-path {folder}: not a folder (it takes folders of lm-eval task YAMLs)")
 
     import torch
 
@@ -395,8 +401,9 @@ def main(argv: list[str] | None = None) -> dict:
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.logging.set_verbosity_error()
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    local = {p.stem for p in LOCAL_TASKS.rglob("*.yaml")}
-    manager = TaskManager(include_path=str(LOCAL_TASKS), include_defaults=not set(args.tasks) <= local)
+    folders = [LOCAL_TASKS, *args.include_path]
+    local = {p.stem for folder in folders for p in folder.rglob("*.yaml")}  # (lm-eval's own index: only if needed)
+    manager = TaskManager(include_path=[str(f) for f in folders], include_defaults=not set(args.tasks) <= local)
     t0 = time.perf_counter()
     fla_version = _fla_version()  # installed, whether or not hidden from transformers (fla_hidden_from_transformers)
     meta = dict(device=device, device_name=torch.cuda.get_device_name() if device.startswith("cuda") else

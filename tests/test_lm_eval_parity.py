@@ -127,6 +127,35 @@ def test_parity_cpu_fp32(tmp_path):
         assert mc["loglikelihood_requests"] == 24 and mc["max_abs_loglikelihood_diff"] <= 1e-5
 
 
+def test_parity_runs_a_task_from_outside_the_project(tmp_path):
+    """A task the project does not ship (a YAML in an ``--include-path`` folder, as a user brings one) runs beside a
+    name no index knows: lm-eval's own task index is loaded (as for a standard task name), the unknown name is reported
+    as skipped, and the outside task is compared like the local ones."""
+    tasks = tmp_path / "my_tasks"
+    tasks.mkdir()
+    local = ROOT / "eval" / "tasks" / "shakespeare"
+    for name in ("utils.py", "shakespeare_test.jsonl"):
+        (tasks / name).write_bytes((local / name).read_bytes())
+    yaml = (local / "shakespeare_next_line_mc.yaml").read_text()
+    (tasks / "my_next_line_mc.yaml").write_text(yaml.replace("task: shakespeare_next_line_mc", "task: my_next_line_mc"))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"1 task\(s\) skipped \(see the report\): gdn-shakespeare: no_such_task_xyz"):
+        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--tasks", "my_next_line_mc", "no_such_task_xyz",
+                             "--include-path", str(tasks), "--limit", "3", "--batch-size", "4", "--device", "cpu",
+                             "--quiet", "--out", str(out)])
+    ck = json.loads((out / "parity.json").read_text())["checkpoints"][0]
+    assert set(ck["tasks"]) == {"my_next_line_mc"} and set(ck["skipped"]) == {"no_such_task_xyz"}
+    row = ck["tasks"]["my_next_line_mc"]
+    assert row["documents"] == 3 and row["metrics_identical"] and row["max_abs_loglikelihood_diff"] <= 1e-5
+
+
+def test_parity_refuses_an_include_path_that_is_not_a_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--include-path", str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert f"--include-path {tmp_path / 'nope'}: not a folder" in err
+
+
 class _Stub:
     """Just enough of an HFLM for `compare` / `explain_difference` on made-up runs."""
 
