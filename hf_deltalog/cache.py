@@ -542,8 +542,17 @@ class DeltaLogLayer(LinearAttentionLayer):
         if state_idx == 0:
             self._pending += conv_states.shape[-1]
             self._act_dtype = conv_states.dtype  # the backend is planned from it (_activation_dtype)
-        return super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
+        prefill = not self.has_previous_state[state_idx]
+        full = super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
                                          **kwargs)
+        width = self.conv_kernel_size.get(state_idx)
+        if self.record_past and prefill and width is not None and self.conv_states[state_idx].shape[-1] < width:
+            # Past recording keeps a prompt shorter than the window unpadded, and the KDA families' decode step
+            # (causal_conv1d_update on the stored state) then fails on it, with transformers' caches too: store it
+            # zero-padded to the window, as transformers does without recording (the zeros are the empty history).
+            self.conv_states[state_idx] = torch.nn.functional.pad(
+                self.conv_states[state_idx], (width - self.conv_states[state_idx].shape[-1], 0))
+        return full
 
     def update_recurrent_state(self, recurrent_states: Any, state_idx: int = 0, **kwargs) -> Any:
         """Take the dense state a prefill/continuation produced (restarting the log), or our own handle (no-op)."""
@@ -867,9 +876,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             # Past recording is on (check_crop made sure): every conv state holds its full history.
             for i in range(self.number_of_states):
                 if self.is_conv_states_initialized[i]:
-                    # the last w_i columns before the cropped ones (all of them, when fewer: a short prompt)
-                    hist = self.conv_states[i]
-                    self.conv_states[i] = hist[..., :hist.shape[-1] - n][..., -self.conv_kernel_size[i]:]
+                    self.conv_states[i] = self._recorded_window(i, n)
             return
         # Rebuild the conv window (its last W columns) from the ring.
         R = self.conv_ring.shape[1]
@@ -879,10 +886,18 @@ class DeltaLogLayer(LinearAttentionLayer):
             self.conv_states[0] = window.to(self.conv_states[0].dtype).contiguous()
             for i in range(1, self.number_of_states):
                 if self.is_conv_states_initialized[i]:
-                    hist = self.conv_states[i]
-                    self.conv_states[i] = hist[..., :hist.shape[-1] - n][..., -self.conv_kernel_size[i]:]
+                    self.conv_states[i] = self._recorded_window(i, n)
         else:
             self.conv_states[0][..., -W:].copy_(window)
+
+    def _recorded_window(self, i: int, n: int) -> torch.Tensor:
+        """Conv state ``i``'s window before its last ``n`` recorded columns: the last ``w_i`` of them, zero-padded on
+        the left to ``w_i`` when the history is shorter (a short prompt: the zeros are the empty history, as
+        transformers pads a prefill; the KDA families' decode step needs the full width)."""
+        hist = self.conv_states[i]
+        window = hist[..., :hist.shape[-1] - n][..., -self.conv_kernel_size[i]:]
+        short = self.conv_kernel_size[i] - window.shape[-1]
+        return torch.nn.functional.pad(window, (short, 0)) if short > 0 else window
 
 
 def check_sliding_window_crop(layer_idx: int, layer: Any, tokens: int) -> None:

@@ -1922,6 +1922,37 @@ def test_crop_after_a_prompt_shorter_than_the_conv_window(ring, past):
     assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) < 1e-5
 
 
+@pytest.mark.parametrize("ring", [False, True])
+@pytest.mark.parametrize("family", ["kimi_linear", "bailing_hybrid", "glm5_next"])
+def test_past_recording_with_a_prompt_shorter_than_the_conv_window_kda(family, ring):
+    """Found by the 57th review (a differential fuzz): with past recording, a prompt shorter than the conv window left
+    the KDA families' stored window short (transformers pads it only without recording), and their first decode step
+    failed in causal_conv1d_update ("Kernel size can't be greater than actual input size"; transformers' DynamicCache
+    fails the same way). The window is stored zero-padded now: decoding matches a cache without recording, and a crop
+    back into a 1-token prompt's window (which the recording then holds whole) continues as a default cache fed the
+    kept tokens; a crop past the recorded width stays refused with the documented message."""
+    model = tiny_model(family)
+    steps = [prompt_ids(1, 1, seed=50 + i) for i in range(3)]
+    for length in (1, 2, 3):
+        prompt = prompt_ids(1, length)
+        cache = DeltaLogCache(model, merge_interval=8, crop_ring=ring)
+        cache.activate_past_recording()
+        plain = DeltaLogCache(model, merge_interval=8)
+        for x in [prompt, *steps]:
+            assert max_abs(forward(model, x, cache), forward(model, x, plain)) == 0
+        if length > 1 and not ring:  # the recording holds 4 columns, not the whole history
+            with pytest.raises(ValueError, match=r"cannot crop 2 tokens: layer \d+'s recorded conv state 0 holds 4 "
+                                                 r"columns.*crop_ring=True"):
+                cache.crop(-2)
+            continue
+        cache.crop(-2)
+        ref = DynamicCache(config=model.config)
+        forward(model, prompt, ref)
+        forward(model, steps[0], ref)
+        nxt = prompt_ids(1, 1, seed=9)
+        assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) < 1e-5
+
+
 @pytest.mark.parametrize("family", ["qwen3_5", "lara_mini"])
 def test_crop_zero_is_a_no_op_and_an_empty_cache_refuses_a_crop(family):
     """crop(0) cut past recording's history back to the window (a later crop of tokens still in the log was then
