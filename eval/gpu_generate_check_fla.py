@@ -10,7 +10,7 @@ largest |Δlogit| while tokens agree, the backend, the effective merge interval 
 (small GDN/KDA states).
 
     python eval/gpu_generate_check_fla.py [--families gated_deltanet kda] [--dtypes float32 bfloat16] \
-        [--runs 32 64:2] [--new-tokens 64] [--out eval/results/gpu_generate_check_fla.json]
+        [--runs 32 64:2] [--new-tokens 64] [--prompt-length 32] [--out eval/results/gpu_generate_check_fla.json]
     python eval/gpu_generate_check_fla.py --cpu-smoke     # tiny shapes on the CPU under the Triton interpreter
 
 ``--runs`` lists ``B`` (the cache's default merge interval) or ``B:M``; default ``BATCH 64 64:2 64:16``. Each run's
@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_types import positive_int
 from generate_compare import compare, log, parse_runs, select_device, stacks_on_sigterm  # noqa: E402
 
 FAMILIES = ("rwkv6", "gated_deltanet", "kda")
@@ -63,7 +64,7 @@ def check_family(family: str, a, device) -> list[dict]:
 
     classes = {"rwkv6": RWKV6ForCausalLM, "gated_deltanet": GatedDeltaNetForCausalLM, "kda": KDAForCausalLM}
     rows = []
-    prompt = 8 if a.cpu_smoke else 32
+    prompt = a.prompt_length or (8 if a.cpu_smoke else 32)
     for dtype in (getattr(torch, name) for name in a.dtypes):
         torch.manual_seed(0)
         model = classes[family](_config(family, a.cpu_smoke)).to(device, dtype).eval()
@@ -118,6 +119,9 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dtypes", nargs="+", default=None, choices=DTYPES,
                    help="default float32 bfloat16 (float32 with --cpu-smoke)")
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    p.add_argument("--prompt-length", type=positive_int, default=None,
+                   help="prompt tokens (default 32; 8 with --cpu-smoke): 64 and 65 put the prefill at and past the "
+                        "end of FLA's first 64-token chunk")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default eval/results/gpu_generate_check_fla.json; none with --cpu-smoke)")
     p.add_argument("--stagger-merges", action="store_true",

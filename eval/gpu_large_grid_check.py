@@ -75,10 +75,9 @@ def run(op: str, B: int, v_first: bool, steps: int, dev: str, HK=HK, HV=HV, K=K,
     if torch.device(dev).type == "cuda":
         torch.cuda.synchronize(dev)
     elements = base.numel()
-    result = dict(op=op, B=B, layout="VK" if v_first else "KV", rows_x_heads=B * HV, state_elements=elements,
-                  past_int32=elements > 2**31 - 1, steps=steps, checked_rows=rows.tolist(), ok=bool(ok),
-                  max_abs_diff=worst, seconds=round(time.perf_counter() - t0, 1))
-    return result
+    return {"op": op, "B": B, "layout": "VK" if v_first else "KV", "rows_x_heads": B * HV, "state_elements": elements,
+            "past_int32": elements > 2**31 - 1, "steps": steps, "checked_rows": rows.tolist(), "ok": bool(ok),
+            "max_abs_diff": worst, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def main(argv=None) -> None:
