@@ -546,10 +546,13 @@ class DeltaLogLayer(LinearAttentionLayer):
         full = super().update_conv_state(conv_states, state_idx=state_idx, conv_kernel_size=conv_kernel_size,
                                          **kwargs)
         width = self.conv_kernel_size.get(state_idx)
-        if self.record_past and prefill and width is not None and self.conv_states[state_idx].shape[-1] < width:
+        if (self.record_past and prefill and width is not None and self.conv_states[state_idx].dim() == 3
+                and self.conv_states[state_idx].shape[-1] < width):
             # Past recording keeps a prompt shorter than the window unpadded, and the KDA families' decode step
             # (causal_conv1d_update on the stored state) then fails on it, with transformers' caches too: store it
             # zero-padded to the window, as transformers does without recording (the zeros are the empty history).
+            # [B, D, W] pre-conv columns only: a [B, W] token history (qwen4_exp's state 2) is padded by the model
+            # with its eos token, never with zeros (token 0 is a real token).
             self.conv_states[state_idx] = torch.nn.functional.pad(
                 self.conv_states[state_idx], (width - self.conv_states[state_idx].shape[-1], 0))
         return full
@@ -829,21 +832,25 @@ class DeltaLogLayer(LinearAttentionLayer):
             )
         # Windows rebuilt from past recording (all of them without crop_ring, the extra ones with it) are slices of
         # the recorded columns: they must hold the cropped tokens and a whole window before them. Families whose
-        # decode step updates the conv state in place (KDA's) keep only the prefill's width, so this can fail.
+        # decode step updates the conv state in place (KDA's) record no decoded columns, so this can fail.
         for i in range(0 if not self.crop_ring else 1, self.number_of_states):
             if self.is_conv_states_initialized[i]:
                 have, need = self.conv_states[i].shape[-1], tokens + self.conv_kernel_size[i]
-                # a history holding every token the layer saw (a prompt shorter than the window) is complete: the
-                # window before the cropped tokens is what it holds, as a fresh cache fed the kept tokens would
-                if have < need and have != seen:
+                # A history holding every token the layer saw is complete: the window before the cropped tokens is
+                # what it holds, as a fresh cache fed the kept tokens would. A [B, D, W] history may hold more
+                # columns than tokens: the zeros a short prompt (or a crop into one) was padded with, the empty
+                # history. A [B, W] token history (qwen4_exp's) is padded by the model itself, with its eos token,
+                # which _recorded_window cannot reproduce: only a history of exactly the tokens seen is complete.
+                complete = have >= seen if self.conv_states[i].dim() == 3 else have == seen
+                if have < need and not complete:
                     raise ValueError(
                         f"cannot crop {crop}: layer {self.layer_idx}'s recorded conv state {i} holds "
                         f"{have} columns, and rebuilding its window needs {need} (the cropped tokens and a window of "
                         f"{self.conv_kernel_size[i]} before them). Past recording keeps the columns since the last "
-                        "prefill or crop (a crop keeps only the window, as transformers' does), and a model whose "
-                        "decode step updates the conv state in place, as the KDA families do, records no more than "
-                        "the prefill's width. Build the cache with DeltaLogCache(..., crop_ring=True) to crop any "
-                        "token still in the log"
+                        "prefill, multi-token forward or crop (a crop keeps only the window, as transformers' does; a "
+                        "prompt shorter than the window is padded to it), and a model whose decode step updates the "
+                        "conv state in place, as the KDA families do, records no decoded columns at all. Build the "
+                        "cache with DeltaLogCache(..., crop_ring=True) to crop any token still in the log"
                     )
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -891,13 +898,15 @@ class DeltaLogLayer(LinearAttentionLayer):
             self.conv_states[0][..., -W:].copy_(window)
 
     def _recorded_window(self, i: int, n: int) -> torch.Tensor:
-        """Conv state ``i``'s window before its last ``n`` recorded columns: the last ``w_i`` of them, zero-padded on
-        the left to ``w_i`` when the history is shorter (a short prompt: the zeros are the empty history, as
-        transformers pads a prefill; the KDA families' decode step needs the full width)."""
+        """Conv state ``i``'s window before its last ``n`` recorded columns: the last ``w_i`` of them. A ``[B, D, W]``
+        window is zero-padded on the left to ``w_i`` when the history is shorter (a short prompt: the zeros are the
+        empty history, as transformers pads a prefill; the KDA families' decode step needs the full width); a
+        ``[B, W]`` token history (qwen4_exp's state 2, whose model pads with its eos token, not zeros) stays short,
+        as transformers' recording keeps it, and the model reads the missing positions as empty."""
         hist = self.conv_states[i]
         window = hist[..., :hist.shape[-1] - n][..., -self.conv_kernel_size[i]:]
         short = self.conv_kernel_size[i] - window.shape[-1]
-        return torch.nn.functional.pad(window, (short, 0)) if short > 0 else window
+        return torch.nn.functional.pad(window, (short, 0)) if short > 0 and hist.dim() == 3 else window
 
 
 def check_sliding_window_crop(layer_idx: int, layer: Any, tokens: int) -> None:

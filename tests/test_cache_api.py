@@ -1953,6 +1953,33 @@ def test_past_recording_with_a_prompt_shorter_than_the_conv_window_kda(family, r
         assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) < 1e-5
 
 
+@pytest.mark.parametrize("ring", [False, True])
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear", "qwen4_exp"])
+def test_a_second_crop_into_a_short_history(family, ring):
+    """Found by the 58th review: after 86050d5 padded a 1-token prompt's recorded window to the conv width, a second
+    crop back into that prompt (decode 3, crop 2, decode 2, crop 3) was refused ("holds 6 columns ... needs 7"),
+    though the recording holds every token seen. It continues as a default cache fed the prompt alone now, in the GDN
+    and KDA families and in qwen4_exp, whose [B, W] token history (state 2, padded by the model with eos) is never
+    zero-padded."""
+    model = tiny_model(family)
+    prompt = prompt_ids(1, 1)
+    cache = DeltaLogCache(model, merge_interval=8, crop_ring=ring)
+    cache.activate_past_recording()
+    forward(model, prompt, cache)
+    for i in range(3):
+        forward(model, prompt_ids(1, 1, seed=50 + i), cache)
+    cache.crop(-2)
+    for i in range(2):
+        forward(model, prompt_ids(1, 1, seed=60 + i), cache)
+    cache.crop(-3)
+    assert int(cache.get_seq_length()) == 1
+    ref = DynamicCache(config=model.config)
+    forward(model, prompt, ref)
+    for i in range(2):
+        nxt = prompt_ids(1, 1, seed=9 + i)
+        assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) < 1e-5
+
+
 @pytest.mark.parametrize("family", ["qwen3_5", "lara_mini"])
 def test_crop_zero_is_a_no_op_and_an_empty_cache_refuses_a_crop(family):
     """crop(0) cut past recording's history back to the window (a later crop of tokens still in the log was then
