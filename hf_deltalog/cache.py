@@ -43,6 +43,7 @@ from transformers.cache_utils import (
     DynamicSlidingWindowLayer,
     LinearAttentionLayer,
     StaticCache,
+    StaticLayer,
     StaticSlidingWindowLayer,
 )
 
@@ -1457,7 +1458,21 @@ class DeltaLogCache(DynamicCache):
             length = ("cumulative_length_int" if isinstance(self.layers[layer_idx], StaticSlidingWindowLayer)
                       else "cumulative_length")
             self._fit_static_rows(layer_idx, "keys", "is_initialized", length, key_states.shape[0])
-        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        if self._unmasked_static_slots(layer_idx):
+            held = int(self.layers[layer_idx].cumulative_length)
+            return out[0][:, :, :held], out[1][:, :, :held]
+        return out
+
+    def _unmasked_static_slots(self, layer_idx: int) -> bool:
+        """Whether full-attention layer ``layer_idx`` is a static one that transformers' mask may leave unmasked: past
+        recording makes the cache not compileable, and transformers' ``create_causal_mask`` then skips the mask of a
+        one-token step without ``attention_mask`` (SDPA attends every key it is given), which would attend the empty
+        static slots (transformers' ``StaticCache`` does so: |Δlogit| ~0.1 on the tiny models). Such a layer returns
+        only its filled slots and sizes the mask to them (:meth:`get_mask_sizes`), as a dynamic layer does; it reads
+        its device length on the host once per step (recording is not graph-safe anyway)."""
+        layer = self.layers[layer_idx]
+        return self.static and type(layer) is StaticLayer and not self.is_compileable
 
     def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
         layer = self._layer(layer_idx)
@@ -1623,7 +1638,12 @@ class DeltaLogCache(DynamicCache):
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
         """``(kv_length, kv_offset)`` for building the attention mask of a forward of ``query_length`` tokens:
         transformers' answer for hybrid configs (their attention layers hold the keys); for configs with no attention
-        layer, the tokens held plus ``query_length``, offset 0 (what ``DynamicCache`` returns there)."""
+        layer, the tokens held plus ``query_length``, offset 0 (what ``DynamicCache`` returns there). A static cache
+        with past recording sizes a full-attention layer's mask to its filled slots plus ``query_length`` (the keys
+        its ``update`` returns then, see ``_unmasked_static_slots``), not to ``max_cache_len``."""
+        if layer_idx < len(self.layers) and self._unmasked_static_slots(layer_idx):
+            layer = self.layers[layer_idx]
+            return (int(layer.cumulative_length) if layer.is_initialized else 0) + query_length, 0
         if self._has_attention() or layer_idx >= len(self.layers):
             return super().get_mask_sizes(query_length, layer_idx)
         return self.get_seq_length() + query_length, 0

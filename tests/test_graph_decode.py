@@ -617,6 +617,47 @@ def test_past_recording_makes_a_static_cache_not_compileable():
             GraphDecoder(model, cache, capture=False)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_recording_static_cache_without_an_attention_mask(family):
+    """Found by the 58th review: past recording makes a static cache not compileable, and transformers then skips the
+    causal mask of a one-token step without attention_mask: SDPA attended the empty static slots and the logits moved
+    by ~0.1 in a manual decode loop (transformers' StaticCache does the same). The recording static cache's attention
+    layers return only their filled slots now: a prefill, 4 steps, crop(-2) and 2 more steps match transformers'
+    DynamicCache fed the kept tokens (prefill, the first 2 steps, the last 2), without a mask; with a left-padded
+    batch and its mask too."""
+    model = tiny_model(family)
+    # 2 + 4 tokens: lara_mini's static sliding-window layers (6 slots) stay croppable; crop_ring: the KDA families
+    # record no decoded conv columns
+    ids, mask = prompt_ids(2, 2), torch.ones(2, 2, dtype=torch.long)
+    mask[1, :1] = 0
+    steps = [prompt_ids(2, 1, seed=40 + i) for i in range(6)]
+    one = torch.ones(2, 1, dtype=torch.long)
+
+    def run(cache, feed, masked):
+        logits, seen = [], mask
+        with torch.no_grad():
+            for x in feed:
+                if x is None:
+                    cache.crop(-2)
+                    seen = seen[:, :-2]
+                    continue
+                seen = seen if x is ids else torch.cat([seen, one], 1)
+                kw = {"attention_mask": seen} if masked else {}
+                logits.append(model(x, cache=cache, use_cache=True, **kw).logits)
+        return logits
+
+    for masked in (False, True):
+        cache = DeltaLogCache(model, static=True, max_cache_len=16, merge_interval=8, crop_ring=True)
+        cache.activate_past_recording()
+        assert not cache.is_compileable
+        got = run(cache, [ids, *steps[:4], None, *steps[4:]], masked)
+        want = run(transformers.DynamicCache(config=model.config), [ids, *steps[:2], *steps[4:]], masked)
+        got = got[:3] + got[5:]  # the cropped steps' logits have no counterpart
+        worst = max(float((g - w).abs().max()) for g, w in zip(got, want))
+        assert worst < 1e-5, (masked, worst)
+        assert int(cache.get_seq_length()) == 2 + 4
+
+
 def test_reading_a_static_cache_from_user_code_is_only_a_read():
     """get_recurrent_state called between turns (or before the prefill) is a read in static mode too: it does not mark
     the layer as inside a step, so the next generate neither refuses the cache nor changes its tokens."""
