@@ -10,7 +10,8 @@ side counts as an infinite difference. Writes `parity.json` and `parity.md` (a s
 
 Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`), any standard
 lm-eval task name whose data is available (cached or downloadable), and the tasks of `--include-path` folders (task
-YAMLs of your own, as lm-eval's `--include_path` takes them); a task that cannot load is reported as skipped.
+YAMLs of your own, as lm-eval's `--include_path` takes them; a task name two folders define is refused); a task that
+cannot load is reported as skipped.
 
     python eval/lm_eval_parity.py --pretrained eval/checkpoints/gdn-shakespeare eval/checkpoints/kda-shakespeare \\
         --dtype float32 --device cpu --batch-size 16 --out eval/results/lm_eval_parity/cpu_fp32
@@ -402,8 +403,17 @@ def main(argv: list[str] | None = None) -> dict:
     transformers.logging.set_verbosity_error()
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     folders = [LOCAL_TASKS, *args.include_path]
-    local = {p.stem for folder in folders for p in folder.rglob("*.yaml")}  # (lm-eval's own index: only if needed)
-    manager = TaskManager(include_path=[str(f) for f in folders], include_defaults=not set(args.tasks) <= local)
+    # The task and group names each folder defines (its YAMLs' task: / group: keys, as lm-eval indexes them): a name
+    # defined twice would silently run one of the two, so it is refused. lm-eval's own index is loaded only for names
+    # none of the folders defines.
+    defined: dict[str, Path] = {}
+    for folder in folders:
+        for name in TaskManager(include_path=str(folder), include_defaults=False).all_tasks:
+            if name in defined and defined[name].resolve() != folder.resolve():
+                parser.error(f"--include-path {folder}: it defines task {name!r}, which {defined[name]} defines too; "
+                             "rename one (task: / group: in its YAML) so that the name says which one runs")
+            defined.setdefault(name, folder)
+    manager = TaskManager(include_path=[str(f) for f in folders], include_defaults=not set(args.tasks) <= set(defined))
     t0 = time.perf_counter()
     fla_version = _fla_version()  # installed, whether or not hidden from transformers (fla_hidden_from_transformers)
     meta = dict(device=device, device_name=torch.cuda.get_device_name() if device.startswith("cuda") else

@@ -130,7 +130,7 @@ def test_parity_cpu_fp32(tmp_path):
 def test_parity_runs_a_task_from_outside_the_project(tmp_path):
     """A task the project does not ship (a YAML in an ``--include-path`` folder, as a user brings one) runs beside a
     name no index knows: lm-eval's own task index is loaded (as for a standard task name), the unknown name is reported
-    as skipped, and the outside task is compared like the local ones."""
+    as skipped, and the outside task is compared like the local ones (its folder given twice: no clash)."""
     tasks = tmp_path / "my_tasks"
     tasks.mkdir()
     local = ROOT / "eval" / "tasks" / "shakespeare"
@@ -141,12 +141,28 @@ def test_parity_runs_a_task_from_outside_the_project(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(SystemExit, match=r"1 task\(s\) skipped \(see the report\): gdn-shakespeare: no_such_task_xyz"):
         lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--tasks", "my_next_line_mc", "no_such_task_xyz",
-                             "--include-path", str(tasks), "--limit", "3", "--batch-size", "4", "--device", "cpu",
+                             "--include-path", str(tasks), str(tasks), "--limit", "3", "--batch-size", "4", "--device", "cpu",
                              "--quiet", "--out", str(out)])
     ck = json.loads((out / "parity.json").read_text())["checkpoints"][0]
     assert set(ck["tasks"]) == {"my_next_line_mc"} and set(ck["skipped"]) == {"no_such_task_xyz"}
     row = ck["tasks"]["my_next_line_mc"]
     assert row["documents"] == 3 and row["metrics_identical"] and row["max_abs_loglikelihood_diff"] <= 1e-5
+
+
+def test_parity_refuses_an_include_path_task_that_clashes_with_a_project_task(tmp_path, capsys):
+    """Found by the 58th review: a YAML of an --include-path folder naming its task as a project task (whatever its
+    file is called) silently replaced one of the two. The clash is refused, naming both folders, before any model
+    loads; a folder given twice is no clash."""
+    tasks = tmp_path / "my_tasks"
+    tasks.mkdir()
+    local = ROOT / "eval" / "tasks" / "shakespeare"
+    (tasks / "renamed_file.yaml").write_text((local / "shakespeare_next_line_mc.yaml").read_text())
+    with pytest.raises(SystemExit):
+        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--tasks", "shakespeare_next_line_mc",
+                             "--include-path", str(tasks), "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert (f"--include-path {tasks}: it defines task 'shakespeare_next_line_mc', which "
+            f"{ROOT / 'eval' / 'tasks'} defines too") in err
 
 
 def test_parity_refuses_an_include_path_that_is_not_a_folder(tmp_path, capsys):
