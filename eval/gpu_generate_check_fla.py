@@ -120,8 +120,9 @@ def main(argv=None) -> list[dict]:
                    help="default float32 bfloat16 (float32 with --cpu-smoke)")
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     p.add_argument("--prompt-length", type=positive_int, default=None,
-                   help="prompt tokens (default 32; 8 with --cpu-smoke): 64 and 65 put the prefill at and past the "
-                        "end of FLA's first 64-token chunk")
+                   help="prompt tokens (default 32; 8 with --cpu-smoke): FLA's layers prefill up to 64 tokens in "
+                        "fused_recurrent mode and 65 or more in chunk mode (which cannot run under the CPU's Triton "
+                        "interpreter)")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default eval/results/gpu_generate_check_fla.json; none with --cpu-smoke)")
     p.add_argument("--stagger-merges", action="store_true",

@@ -13,7 +13,7 @@ DeltaLogCache's Triton backend keeps) and [K, V]:
 Each run starts from a random base and a random log with rows in every phase (``length = row mod (C + 1)``), takes
 ``--steps`` decode steps (every row merges at least once), and compares rows {0, 1, B/2, B − 2, B − 1}, run through the
 reference on their own, with the kernel's rows: outputs, base, ``log_decay``, the live log slots and the lengths
-(rtol = atol = 1e-4; lengths exactly). Prints one JSON line per case and exits 1 on any mismatch. Needs ~12 GB of
+(rtol = atol = 1e-4; lengths exactly). Prints one JSON line per case and exits 1 on any mismatch. Needs ~18 GB of
 GPU memory (one case at a time).
 
     python eval/gpu_large_grid_check.py [--device cuda] [--batches 2048 4100] [--steps 6]

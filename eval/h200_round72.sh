@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One H200, at most ~330 s. After the 57th review's fixes (past recording pads a prompt shorter than the conv window;
-# a crop into a short history pads its window): the GPU guard check as in rounds 65-70; beside it, FLA's models with
-# a 65-token prompt (the prefill past FLA's first 64-token chunk, which the CPU tests cannot run: FLA's multi-chunk
-# kernels fail under the Triton interpreter), GatedDeltaNet, KDA and RWKV6, fp32, B = 8, M = 4, 12 new tokens.
+# a crop into a short history pads its window; the 58th review's: a recording static cache masks its empty slots, a
+# second crop into a short history): the GPU guard check as in rounds 65-70; beside it, FLA's models with a 65-token
+# prompt (FLA's layers prefill more than 64 tokens in chunk mode, whose kernels fail under the CPU's Triton
+# interpreter at any length), GatedDeltaNet, KDA and RWKV6, fp32, B = 8, M = 4, 12 new tokens.
 #   OUT=/path bash eval/h200_round72.sh     # results: $OUT/round72.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}

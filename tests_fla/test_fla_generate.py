@@ -94,10 +94,12 @@ def test_merges_at_the_default_and_at_m8(family, merge_interval):
 @pytest.mark.parametrize("prefill", [1, 7, 55, 64])
 def test_split_invariance(family, prefill):
     """A prefill of ``prefill`` tokens, then 9 one-token forwards (M = 4: two merges), gives the logits of FLA's own
-    cache driven the same way and, up to 64 tokens in all, of a full forward. FLA 0.6.0's chunked kernels take 64-token
-    chunks, and with more than one chunk they fail under the Triton interpreter (``fla/ops/common/chunk_h.py``:
-    "'int' object has no attribute 'to'"), so on the CPU a 64-token prefill is compared with FLA's cache only, and
-    65 tokens cannot be prefilled at all."""
+    cache driven the same way and, up to 64 tokens in all, of a full forward. FLA 0.6.0's layers (in eval) run a
+    forward of at most 64 tokens in ``fused_recurrent`` mode and a longer one in ``chunk`` mode, whose kernels fail
+    under the Triton interpreter at any length (``chunk_delta_h.py`` through FLA's autotune cache,
+    ``fla/ops/utils/cache.py``: "'int' object has no attribute 'to'"), so on the CPU a 64-token prefill is compared
+    with FLA's cache only, and a prefill of 65 tokens cannot run (``eval/gpu_generate_check_fla.py --prompt-length
+    65`` is the GPU check)."""
     model = tiny_model(family, layers=1)
     ids = prompt_ids(2, prefill + 9, seed=9)
 
@@ -111,9 +113,9 @@ def test_split_invariance(family, prefill):
         cache = DeltaLogCache(model, merge_interval=4)
         ours, fla = split(cache), split(Cache())
         assert max_abs(ours, fla) <= 1e-5
-        if ids.shape[1] <= 64:  # one chunk (see above)
+        if ids.shape[1] <= 64:  # fused_recurrent mode (a longer forward would run chunk mode: see above)
             full = model(ids, use_cache=False).logits
-            assert max_abs(ours, full) <= 1e-4  # the chunked form against the recurrent one: fp32 rounding
+            assert max_abs(ours, full) <= 1e-4  # one recurrence over all tokens against the split one: fp32 rounding
     assert cache.get_seq_length() == ids.shape[1]
     assert all(layer.length.tolist() == [9 % 4] * 2 for layer in cache.deltalog_layers)
 
