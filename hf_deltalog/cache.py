@@ -1459,20 +1459,37 @@ class DeltaLogCache(DynamicCache):
                       else "cumulative_length")
             self._fit_static_rows(layer_idx, "keys", "is_initialized", length, key_states.shape[0])
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        if self._unmasked_static_slots(layer_idx):
-            held = int(self.layers[layer_idx].cumulative_length)
+        held = self._unmasked_static_slots(layer_idx)
+        if held is not None and out[0].shape[-2] > held:
             return out[0][:, :, :held], out[1][:, :, :held]
         return out
 
-    def _unmasked_static_slots(self, layer_idx: int) -> bool:
-        """Whether full-attention layer ``layer_idx`` is a static one that transformers' mask may leave unmasked: past
-        recording makes the cache not compileable, and transformers' ``create_causal_mask`` then skips the mask of a
-        one-token step without ``attention_mask`` (SDPA attends every key it is given), which would attend the empty
-        static slots (transformers' ``StaticCache`` does so: |Δlogit| ~0.1 on the tiny models). Such a layer returns
-        only its filled slots and sizes the mask to them (:meth:`get_mask_sizes`), as a dynamic layer does; it reads
-        its device length on the host once per step (recording is not graph-safe anyway)."""
+    def _unmasked_static_slots(self, layer_idx: int) -> int | None:
+        """The filled slots of static attention layer ``layer_idx`` where transformers' mask may leave its empty ones
+        unmasked, else None. Past recording makes the cache not compileable, and transformers' ``create_causal_mask``
+        then skips the mask of a one-token step whose ``attention_mask`` is None or all ones (``generate`` with an
+        unpadded batch): SDPA attends every key it is given, the empty static slots included (transformers'
+        ``StaticCache`` does so: |Δlogit| 0.1–0.7 on the tiny models). Such a layer — a full-attention
+        ``StaticLayer``, or a ``StaticSlidingWindowLayer`` whose slots (``min(window, max_cache_len)``) are not all
+        filled — returns only its filled slots and sizes the mask to them (:meth:`get_mask_sizes`), as a dynamic
+        layer does. A full-attention layer's device length is read on the host once per step (recording is not
+        graph-safe anyway); a sliding-window layer keeps a host count."""
+        if not self.static:
+            return None
         layer = self.layers[layer_idx]
-        return self.static and type(layer) is StaticLayer and not self.is_compileable
+        if type(layer) is StaticLayer:
+            held = None  # read below, only when recording
+        elif isinstance(layer, StaticSlidingWindowLayer):
+            held = layer.cumulative_length_int
+            if held >= layer.max_cache_len:
+                return None  # every slot filled (or rolled): nothing empty to attend
+        else:
+            return None
+        if self.is_compileable:
+            return None
+        if held is None:
+            held = int(layer.cumulative_length) if layer.is_initialized else 0
+        return held
 
     def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
         layer = self._layer(layer_idx)
@@ -1639,11 +1656,11 @@ class DeltaLogCache(DynamicCache):
         """``(kv_length, kv_offset)`` for building the attention mask of a forward of ``query_length`` tokens:
         transformers' answer for hybrid configs (their attention layers hold the keys); for configs with no attention
         layer, the tokens held plus ``query_length``, offset 0 (what ``DynamicCache`` returns there). A static cache
-        with past recording sizes a full-attention layer's mask to its filled slots plus ``query_length`` (the keys
-        its ``update`` returns then, see ``_unmasked_static_slots``), not to ``max_cache_len``."""
-        if layer_idx < len(self.layers) and self._unmasked_static_slots(layer_idx):
-            layer = self.layers[layer_idx]
-            return (int(layer.cumulative_length) if layer.is_initialized else 0) + query_length, 0
+        with past recording sizes a static attention layer's mask to its filled slots plus ``query_length`` (the keys
+        its ``update`` returns then, see ``_unmasked_static_slots``), not to all its slots."""
+        held = self._unmasked_static_slots(layer_idx) if 0 <= layer_idx < len(self.layers) else None
+        if held is not None:
+            return held + query_length, 0
         if self._has_attention() or layer_idx >= len(self.layers):
             return super().get_mask_sizes(query_length, layer_idx)
         return self.get_seq_length() + query_length, 0
