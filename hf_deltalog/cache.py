@@ -833,7 +833,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             )
         # Windows rebuilt from past recording (all of them without crop_ring, the extra ones with it) are slices of
         # the recorded columns: they must hold the cropped tokens and a whole window before them. Families whose
-        # decode step updates the conv state in place (KDA's) record no decoded columns, so this can fail.
+        # decode step updates the conv state in place (KDA's) keep a fixed width, rolled by each step: this can fail.
         for i in range(0 if not self.crop_ring else 1, self.number_of_states):
             if self.is_conv_states_initialized[i]:
                 have, need = self.conv_states[i].shape[-1], tokens + self.conv_kernel_size[i]
@@ -850,8 +850,9 @@ class DeltaLogLayer(LinearAttentionLayer):
                         f"{self.conv_kernel_size[i]} before them). Past recording keeps the columns since the last "
                         "prefill, multi-token forward or crop (a crop keeps only the window, as transformers' does; a "
                         "prompt shorter than the window is padded to it), and a model whose decode step updates the "
-                        "conv state in place, as the KDA families do, records no decoded columns at all. Build the "
-                        "cache with DeltaLogCache(..., crop_ring=True) to crop any token still in the log"
+                        "conv state in place, as the KDA families do, keeps a fixed number of columns (that width), "
+                        "rolling with each decoded token. Build the cache with DeltaLogCache(..., crop_ring=True) to "
+                        "crop any token still in the log"
                     )
 
     def crop(self, tokens_to_remove: int) -> None:
