@@ -43,6 +43,7 @@ from transformers.cache_utils import (
     DynamicSlidingWindowLayer,
     LinearAttentionLayer,
     StaticCache,
+    StaticIndexedLayer,
     StaticLayer,
     StaticSlidingWindowLayer,
 )
@@ -1695,6 +1696,11 @@ class DeltaLogCache(DynamicCache):
             check_sliding_window_crop(i, layer, -tokens_to_remove)
         self._track_inference_mode()  # (the layers' crop updates buffers in place)
         super().crop(tokens_to_remove)
+        for layer in self.layers:
+            # transformers' StaticIndexedLayer.crop leaves the indexer's position record (qwen4_exp) at the old length
+            # (its dynamic layer cuts it): the next steps' indexer positions then shifted, and logits moved by ~3e-2
+            if isinstance(layer, StaticIndexedLayer) and getattr(layer, "indexer_position_ids", None) is not None:
+                layer.indexer_position_ids = layer.indexer_position_ids[..., :tokens_to_remove]
         if self._ledger is not None:
             # The record is a prefix of what the cache consumed (shorter after direct forwards): keep what the cache
             # still holds of it, cut to the cache's new length, not from the record's end

@@ -1980,6 +1980,34 @@ def test_a_second_crop_into_a_short_history(family, ring):
         assert max_abs(forward(model, nxt, cache), forward(model, nxt, ref)) < 1e-5
 
 
+@pytest.mark.parametrize("ring", [False, True])
+def test_a_static_crop_cuts_the_indexer_positions(ring):
+    """Found by the 59th review: transformers' StaticIndexedLayer.crop leaves qwen4_exp's indexer position record at the
+    old length (its dynamic layer cuts it), so after a static cache's crop the indexer read shifted positions and
+    the logits moved by ~3e-2 some steps later. The cache cuts the record itself now: every step after the crop
+    matches a full forward of the kept tokens."""
+    model = tiny_model("qwen4_exp")
+    cache = DeltaLogCache(model, static=True, max_cache_len=40, merge_interval=4, crop_ring=ring)
+    if not ring:
+        cache.activate_past_recording()
+    toks = prompt_ids(1, 4, seed=3)
+    forward(model, toks, cache)
+    for j in range(3):
+        x = prompt_ids(1, 1, seed=9 + j)
+        forward(model, x, cache)
+        toks = torch.cat([toks, x], 1)
+    cache.crop(-1)
+    toks = toks[:, :-1]
+    indexed = [layer for layer in cache.layers if getattr(layer, "indexer_position_ids", None) is not None]
+    assert indexed and all(layer.indexer_position_ids.shape[-1] == 6 for layer in indexed)
+    for i in range(7):
+        x = prompt_ids(1, 1, seed=20 + i)
+        toks = torch.cat([toks, x], 1)
+        with torch.no_grad():
+            full = model(toks, use_cache=False).logits[:, -1:]
+        assert max_abs(forward(model, x, cache), full) < 1e-5, toks.shape[1]
+
+
 @pytest.mark.parametrize("family", ["qwen3_5", "lara_mini"])
 def test_crop_zero_is_a_no_op_and_an_empty_cache_refuses_a_crop(family):
     """crop(0) cut past recording's history back to the window (a later crop of tokens still in the log was then
