@@ -10,7 +10,7 @@ side counts as an infinite difference. Writes `parity.json` and `parity.md` (a s
 
 Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`), any standard
 lm-eval task name whose data is available (cached or downloadable), and the tasks of `--include-path` folders (task
-YAMLs of your own, as lm-eval's `--include_path` takes them; a task name two folders define is refused); a task that
+YAMLs of your own, as lm-eval's `--include_path` takes them; a task or group name two YAML files define is refused); a task that
 cannot load is reported as skipped.
 
     python eval/lm_eval_parity.py --pretrained eval/checkpoints/gdn-shakespeare eval/checkpoints/kda-shakespeare \\
@@ -325,6 +325,32 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def defining_yamls(folders: list[Path], names: list[str]) -> dict[str, Path | None]:
+    """Where task folders define the requested task, group or tag ``names`` (their YAMLs' ``task:`` / ``group:`` /
+    ``tag:`` keys, as lm-eval's ``TaskManager`` indexes each folder on its own): name -> the YAML that defines it
+    (None for a tag); names no folder defines are left out (lm-eval's own index is then needed).
+
+    Raises:
+        ValueError: a requested task or group that two YAML files define (lm-eval would silently run one of the
+            two). Not a clash: a tag several folders share (tags are shared by design), a folder given twice or
+            inside another (the same files).
+    """
+    from lm_eval.tasks import TaskManager
+
+    defined: dict[str, Path | None] = {}
+    for folder in folders:
+        index = TaskManager(include_path=str(folder), include_defaults=False).task_index
+        for name in set(names) & set(index):
+            entry = index[name]
+            yaml = None if entry.kind.name == "TAG" or entry.yaml_path is None else Path(entry.yaml_path).resolve()
+            if yaml is not None and defined.get(name) not in (None, yaml):
+                raise ValueError(f"--tasks {name}: two task YAMLs define it ({defined[name]} and {yaml}); rename one "
+                                 "(the task: or group: key in its YAML) so that the name says which one runs")
+            if defined.get(name) is None:
+                defined[name] = yaml
+    return defined
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pretrained", nargs="+", required=True, help="checkpoint directories (or hub ids)")
@@ -403,16 +429,10 @@ def main(argv: list[str] | None = None) -> dict:
     transformers.logging.set_verbosity_error()
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     folders = [LOCAL_TASKS, *args.include_path]
-    # The task and group names each folder defines (its YAMLs' task: / group: keys, as lm-eval indexes them): a name
-    # defined twice would silently run one of the two, so it is refused. lm-eval's own index is loaded only for names
-    # none of the folders defines.
-    defined: dict[str, Path] = {}
-    for folder in folders:
-        for name in TaskManager(include_path=str(folder), include_defaults=False).all_tasks:
-            if name in defined and defined[name].resolve() != folder.resolve():
-                parser.error(f"--include-path {folder}: it defines task {name!r}, which {defined[name]} defines too; "
-                             "rename one (task: / group: in its YAML) so that the name says which one runs")
-            defined.setdefault(name, folder)
+    try:
+        defined = defining_yamls(folders, args.tasks)
+    except ValueError as e:
+        parser.error(str(e))
     manager = TaskManager(include_path=[str(f) for f in folders], include_defaults=not set(args.tasks) <= set(defined))
     t0 = time.perf_counter()
     fla_version = _fla_version()  # installed, whether or not hidden from transformers (fla_hidden_from_transformers)
