@@ -1246,6 +1246,7 @@ class DeltaLogCache(DynamicCache):
             # transformers' own static layers for everything that is not linear attention (StaticLayer for full
             # attention, ...): preallocated, updated in place, device-side lengths.
             static_layers = StaticCache(config=config, max_cache_len=max_cache_len).layers
+            self._window = getattr(config, "sliding_window", None)
             for i, kind in enumerate(layer_types):
                 if kind != "linear_attention":
                     self.layers[i] = static_layers[i]
@@ -1460,6 +1461,18 @@ class DeltaLogCache(DynamicCache):
             length = ("cumulative_length_int" if isinstance(self.layers[layer_idx], StaticSlidingWindowLayer)
                       else "cumulative_length")
             self._fit_static_rows(layer_idx, "keys", "is_initialized", length, key_states.shape[0])
+            layer = self.layers[layer_idx]
+            window = getattr(self, "_window", None)
+            if (isinstance(layer, StaticSlidingWindowLayer) and window and layer.max_cache_len < window
+                    and layer.cumulative_length_int + key_states.shape[-2] > layer.max_cache_len):
+                # Its slots (max_cache_len, below the window) would roll and drop keys the window still attends
+                # (transformers' StaticCache does so silently in a manual loop: |Δlogit| ~0.26 on a tiny model).
+                # generate refuses such a call up front; a full-attention layer would fail on its own.
+                raise self._status.reject(
+                    f"this static DeltaLogCache has room for {layer.max_cache_len} tokens per row (max_cache_len), "
+                    f"but layer {layer_idx} (a sliding window of {window}) would hold "
+                    f"{layer.cumulative_length_int + key_states.shape[-2]}; build it with a larger max_cache_len "
+                    "(prompt + new tokens)")
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         held = self._unmasked_static_slots(layer_idx)
         if held is not None and out[0].shape[-2] > held:

@@ -678,6 +678,42 @@ def test_a_recording_static_cache_in_generate_with_an_unpadded_batch(family):
     assert max(float((a - b).abs().max()) for a, b in zip(out.scores, ref.scores)) < 1e-5
 
 
+@pytest.mark.parametrize("record", [False, True])
+def test_a_static_sliding_window_layer_with_fewer_slots_than_its_window_refuses_more_tokens(record):
+    """Found by the 60th review: in a config whose attention layers all slide (no full-attention layer to fail on an
+    overflow), a static cache of max_cache_len 5 below the window of 6 took a 6th token in a manual loop: its 5 slots
+    rolled and dropped a key the window still attends (|Δlogit| ~0.26; transformers' StaticCache does the same).
+    Such a step is refused now, naming max_cache_len, and the cache is locked until reset(); with max_cache_len equal
+    to the window the slots roll as the window does, and 9 tokens match a full forward."""
+    cfg = family_config("lara_mini", layer_types=["linear_attention", "sliding_attention", "linear_attention",
+                                                  "sliding_attention", "sliding_attention"])
+    torch.manual_seed(0)
+    model = transformers.LaraMiniForCausalLM(cfg).eval()
+    window = cfg.sliding_window
+    for slots in (window - 1, window):
+        cache = DeltaLogCache(model, static=True, max_cache_len=slots, merge_interval=8)
+        if record:
+            cache.activate_past_recording()
+        toks = prompt_ids(1, 2)
+        with torch.no_grad():
+            model(toks, cache=cache, use_cache=True)
+            for i in range(7):
+                x = prompt_ids(1, 1, seed=30 + i)
+                toks = torch.cat([toks, x], 1)
+                if toks.shape[1] > slots == window - 1:
+                    with pytest.raises(ValueError, match=rf"has room for {slots} tokens per row \(max_cache_len\), "
+                                                         rf"but layer 1 \(a sliding window of {window}\) would hold "
+                                                         rf"{slots + 1}"):
+                        model(x, cache=cache, use_cache=True)
+                    with pytest.raises(ValueError, match="locked by a call it refused"):
+                        model(x, cache=cache, use_cache=True)
+                    break
+                got = model(x, cache=cache, use_cache=True).logits
+                want = model(toks, use_cache=False).logits[:, -1:]
+                assert (got - want).abs().max() < 1e-5, (slots, toks.shape[1])
+        assert toks.shape[1] == (slots + 1 if slots < window else 9)
+
+
 def test_reading_a_static_cache_from_user_code_is_only_a_read():
     """get_recurrent_state called between turns (or before the prefill) is a read in static mode too: it does not mark
     the layer as inside a step, so the next generate neither refuses the cache nor changes its tokens."""
