@@ -10,7 +10,7 @@ side counts as an infinite difference. Writes `parity.json` and `parity.md` (a s
 
 Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`), any standard
 lm-eval task name whose data is available (cached or downloadable), and the tasks of `--include-path` folders (task
-YAMLs of your own, as lm-eval's `--include_path` takes them; a task or group name two YAML files define is refused); a task that
+YAMLs of your own, as lm-eval's `--include_path` takes them; a task or group name two folders define is refused); a task that
 cannot load is reported as skipped.
 
     python eval/lm_eval_parity.py --pretrained eval/checkpoints/gdn-shakespeare eval/checkpoints/kda-shakespeare \\
@@ -330,25 +330,29 @@ def defining_yamls(folders: list[Path], names: list[str]) -> dict[str, Path | No
     ``tag:`` keys, as lm-eval's ``TaskManager`` indexes each folder on its own): name -> the YAML that defines it
     (None for a tag); names no folder defines are left out (lm-eval's own index is then needed).
 
+    Every name the folders define is checked, not only the requested ones: a requested group or tag runs its member
+    tasks by name, and lm-eval's merged index keeps one definition of a name without saying so (at a log level this
+    script hides).
+
     Raises:
-        ValueError: a requested task or group that two YAML files define (lm-eval would silently run one of the
-            two). Not a clash: a tag several folders share (tags are shared by design), a folder given twice or
-            inside another (the same files).
+        ValueError: a task or group name that YAML files of two folders define, or that one folder defines as a tag
+            and another as a task or group. Not a clash: a tag several folders share (tags are shared by design), a
+            folder given twice or inside another (the same files). Two YAMLs of one folder defining a name are not
+            seen (lm-eval's index of the folder keeps the first).
     """
     from lm_eval.tasks import TaskManager
 
-    defined: dict[str, Path | None] = {}
+    found: dict[str, tuple[Path | None, Path]] = {}  # every name the folders define -> (its YAML or None, folder)
     for folder in folders:
         index = TaskManager(include_path=str(folder), include_defaults=False).task_index
-        for name in set(names) & set(index):
-            entry = index[name]
+        for name, entry in index.items():
             yaml = None if entry.kind.name == "TAG" or entry.yaml_path is None else Path(entry.yaml_path).resolve()
-            if yaml is not None and defined.get(name) not in (None, yaml):
-                raise ValueError(f"--tasks {name}: two task YAMLs define it ({defined[name]} and {yaml}); rename one "
-                                 "(the task: or group: key in its YAML) so that the name says which one runs")
-            if defined.get(name) is None:
-                defined[name] = yaml
-    return defined
+            if name in found and found[name][0] != yaml:
+                where = [str(y) if y is not None else f"a tag in {f}" for y, f in (found[name], (yaml, folder))]
+                raise ValueError(f"task name {name!r} is defined twice ({where[0]} and {where[1]}), and only one of "
+                                 "the two would run; rename one (the task:, group: or tag: key in its YAML)")
+            found[name] = (yaml, folder)
+    return {name: found[name][0] for name in names if name in found}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -662,9 +662,10 @@ def test_a_recording_static_cache_without_an_attention_mask(family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_recording_static_cache_in_generate_with_an_unpadded_batch(family):
     """Found by the 59th review: transformers skips the one-token mask of a non-compileable cache for an all-ones
-    attention_mask too, which is what generate passes for an unpadded batch, so generate itself decoded other tokens
-    with a recording static cache (qwen3_5: |Δscore| 0.69). max_cache_len = 5, below lara_mini's window of 6: its
-    static sliding-window layers keep 5 slots, which were attended empty as well (|Δscore| 0.40)."""
+    attention_mask too, which is what generate passes for an unpadded batch, so generate itself decoded with the
+    empty static slots attended (this setup, before a2b5e4c: |Δscore| 0.07 for qwen3_5, 0.12 for lara_mini). With
+    max_cache_len = 5, below lara_mini's window of 6, its static sliding-window layers keep 5 slots, which a2b5e4c
+    left unmasked (|Δscore| 0.40)."""
     model = tiny_model(family)
     ids = prompt_ids(1, 2)
     kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, output_scores=True,

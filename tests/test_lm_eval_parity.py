@@ -149,28 +149,36 @@ def test_parity_runs_a_task_from_outside_the_project(tmp_path):
     assert row["documents"] == 3 and row["metrics_identical"] and row["max_abs_loglikelihood_diff"] <= 1e-5
 
 
-def test_parity_refuses_a_task_name_two_yaml_files_define(tmp_path, capsys):
+def test_parity_refuses_a_task_name_two_folders_define(tmp_path, capsys):
     """Found by the 58th review: a YAML of an --include-path folder naming its task as a project task (whatever its
-    file is called) silently replaced one of the two. A requested task two YAML files define is refused, naming both,
-    before any model loads. Not refused (59th review): a tag two folders share (tags are shared by design; names
-    not requested are not checked), and a folder inside the project's tasks (the same files)."""
+    file is called) silently replaced one of the two. A task or group name two folders' YAMLs define is refused,
+    naming both, before any model loads — also when only a group containing it is requested, and when another
+    folder uses the name as a tag (60th review). Not refused (59th review): a tag two folders share (tags are shared
+    by design), and a folder inside the project's tasks (the same files)."""
     local = ROOT / "eval" / "tasks" / "shakespeare"
+    mc = (local / "shakespeare_next_line_mc.yaml").read_text()
     tasks = tmp_path / "my_tasks"
     tasks.mkdir()
-    (tasks / "renamed_file.yaml").write_text((local / "shakespeare_next_line_mc.yaml").read_text())
+    (tasks / "renamed_file.yaml").write_text(mc)
     with pytest.raises(SystemExit):
-        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--tasks", "shakespeare_next_line_mc",
+        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--tasks", "shakespeare",
                              "--include-path", str(tasks), "--device", "cpu", "--quiet"])
     err = capsys.readouterr().err
-    assert (f"--tasks shakespeare_next_line_mc: two task YAMLs define it ({local / 'shakespeare_next_line_mc.yaml'} "
+    assert (f"task name 'shakespeare_next_line_mc' is defined twice ({local / 'shakespeare_next_line_mc.yaml'} "
             f"and {tasks / 'renamed_file.yaml'})") in err
+    tagged = tmp_path / "tagged"
+    tagged.mkdir()
+    (tagged / "y.yaml").write_text(mc.replace("task: shakespeare_next_line_mc",
+                                              "task: other_task\ntag: shakespeare_next_line_gen"))
+    with pytest.raises(ValueError, match=r"'shakespeare_next_line_gen' is defined twice \(.*shakespeare_next_line_gen"
+                                         r"\.yaml and a tag in .*tagged\)"):
+        lm_eval_parity.defining_yamls([lm_eval_parity.LOCAL_TASKS, tagged], ["shakespeare_next_line_gen"])
     # Accepted: two folders tagging their (different) tasks alike, and the project's own subfolder given again
     shared = tmp_path / "shared"
+    (tasks / "renamed_file.yaml").unlink()
     for k, folder in enumerate((tasks, shared)):
         folder.mkdir(exist_ok=True)
-        (folder / "renamed_file.yaml").unlink(missing_ok=True)
-        yaml = (local / "shakespeare_next_line_mc.yaml").read_text()
-        (folder / f"t{k}.yaml").write_text(yaml.replace("task: shakespeare_next_line_mc", f"task: t{k}\ntag: same_tag"))
+        (folder / f"t{k}.yaml").write_text(mc.replace("task: shakespeare_next_line_mc", f"task: t{k}\ntag: same_tag"))
     names = ["t0", "t1", "same_tag", "shakespeare_next_line_mc", "not_here"]
     found = lm_eval_parity.defining_yamls([lm_eval_parity.LOCAL_TASKS, tasks, shared, local], names)
     assert found == {"t0": (tasks / "t0.yaml").resolve(), "t1": (shared / "t1.yaml").resolve(), "same_tag": None,
