@@ -1467,13 +1467,24 @@ class DeltaLogCache(DynamicCache):
                     and layer.cumulative_length_int + key_states.shape[-2] > layer.max_cache_len):
                 # Its slots (max_cache_len, below the window) would roll and drop keys the window still attends
                 # (transformers' StaticCache does so silently in a manual loop: |Δlogit| ~0.26 on a tiny model).
-                # generate refuses such a call up front; a full-attention layer would fail on its own.
+                # generate refuses such a call up front; a full-attention layer's overflow is caught below.
                 raise self._status.reject(
                     f"this static DeltaLogCache has room for {layer.max_cache_len} tokens per row (max_cache_len), "
                     f"but layer {layer_idx} (a sliding window of {window}) would hold "
                     f"{layer.cumulative_length_int + key_states.shape[-2]}; build it with a larger max_cache_len "
                     "(prompt + new tokens)")
-        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        try:
+            out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        except IndexError as e:
+            if not self.static:
+                raise
+            # A full-attention StaticLayer past its max_cache_len slots (a manual loop: generate refuses the call up
+            # front). On the CPU index_copy_ raises after the layer counted the tokens; on CUDA it is a device-side
+            # assert, as with transformers' StaticCache. Lock the cache rather than leave it miscounted.
+            raise self._status.reject(
+                f"this static DeltaLogCache has room for {self.max_cache_len} tokens per row (max_cache_len), and "
+                f"layer {layer_idx} was given more ({e}); build it with a larger max_cache_len (prompt + new "
+                "tokens)") from e
         held = self._unmasked_static_slots(layer_idx)
         if held is not None and out[0].shape[-2] > held:
             return out[0][:, :, :held], out[1][:, :, :held]

@@ -715,6 +715,25 @@ def test_a_static_sliding_window_layer_with_fewer_slots_than_its_window_refuses_
         assert toks.shape[1] == (slots + 1 if slots < window else 9)
 
 
+def test_a_static_full_attention_layer_past_its_slots_locks_the_cache():
+    """Found by the 61st review: a manual loop's token past max_cache_len made transformers' StaticLayer raise a raw
+    IndexError (index_copy_) after it had counted the token, and left the cache unlocked and miscounted. It is a
+    ValueError naming max_cache_len now, the cache is locked, and after reset() it decodes as a fresh cache."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, static=True, max_cache_len=5)
+    with torch.no_grad():
+        model(prompt_ids(1, 5), cache=cache)
+        with pytest.raises(ValueError, match=r"has room for 5 tokens per row \(max_cache_len\), and layer 1 was "
+                                             r"given more \(index_copy_"):
+            model(prompt_ids(1, 1, seed=2), cache=cache)
+        with pytest.raises(ValueError, match="locked by a call it refused"):
+            model(prompt_ids(1, 1, seed=2), cache=cache)
+        cache.reset()
+        got = model(prompt_ids(1, 5, seed=3), cache=cache).logits
+        want = model(prompt_ids(1, 5, seed=3), cache=DeltaLogCache(model, static=True, max_cache_len=5)).logits
+    assert torch.equal(got, want)
+
+
 def test_reading_a_static_cache_from_user_code_is_only_a_read():
     """get_recurrent_state called between turns (or before the prefill) is a read in static mode too: it does not mark
     the layer as inside a step, so the next generate neither refuses the cache nor changes its tokens."""
