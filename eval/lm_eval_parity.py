@@ -325,34 +325,68 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def defining_yamls(folders: list[Path], names: list[str]) -> dict[str, Path | None]:
-    """Where task folders define the requested task, group or tag ``names`` (their YAMLs' ``task:`` / ``group:`` /
-    ``tag:`` keys, as lm-eval's ``TaskManager`` indexes each folder on its own): name -> the YAML that defines it
-    (None for a tag); names no folder defines are left out (lm-eval's own index is then needed).
+def defining_yamls(folders: list[Path], names: list[str]) -> tuple[dict[str, Path | None], set[str]]:
+    """Where task folders define the requested task, group or tag ``names`` and the members they run (their YAMLs'
+    ``task:`` / ``group:`` / ``tag:`` keys, as lm-eval's ``TaskManager`` indexes each folder on its own).
 
-    Every name the folders define is checked, not only the requested ones: a requested group or tag runs its member
-    tasks by name, and lm-eval's merged index keeps one definition of a name without saying so (at a log level this
-    script hides).
+    Returns:
+        ``(defined, unknown)``: every requested name and every member a requested group or tag runs (recursively)
+        that the folders define -> the YAML defining it (None for a tag); and the reachable names no folder defines
+        (lm-eval's own index is needed for those; a group's inline member counts as unknown, as it may name a
+        built-in task whose config it changes). A folder's task overrides a built-in task of the same name, as in
+        lm-eval's own ``--include_path``.
 
     Raises:
-        ValueError: a task or group name that YAML files of two folders define, or that one folder defines as a tag
-            and another as a task or group. Not a clash: a tag several folders share (tags are shared by design), a
-            folder given twice or inside another (the same files). Two YAMLs of one folder defining a name are not
-            seen (lm-eval's index of the folder keeps the first).
+        ValueError: a task or group name that YAML files of two folders define, one folder's tag that is another's
+            task or group, or a group's inline member that another YAML defines (lm-eval would build that one with
+            the group's keys on top); any of these would run one definition without saying so (at a log level this
+            script hides). Not a clash: a tag several folders share (tags are shared by design), a folder given twice
+            or inside another (the same files). Two YAMLs of one folder defining a name are not seen (lm-eval's index
+            of the folder keeps the first).
     """
     from lm_eval.tasks import TaskManager
 
-    found: dict[str, tuple[Path | None, Path]] = {}  # every name the folders define -> (its YAML or None, folder)
+    found: dict[str, Path | None] = {}  # every name the folders define -> its YAML (None: a tag)
+    where: dict[str, Path] = {}  # -> the folder that defined it first
+    members: dict[str, list] = {}  # a group's task: list (names or inline configs); a tag's tasks (every folder's)
     for folder in folders:
         index = TaskManager(include_path=str(folder), include_defaults=False).task_index
         for name, entry in index.items():
             yaml = None if entry.kind.name == "TAG" or entry.yaml_path is None else Path(entry.yaml_path).resolve()
-            if name in found and found[name][0] != yaml:
-                where = [str(y) if y is not None else f"a tag in {f}" for y, f in (found[name], (yaml, folder))]
-                raise ValueError(f"task name {name!r} is defined twice ({where[0]} and {where[1]}), and only one of "
+            if name in found and found[name] != yaml:
+                said = [str(y) if y is not None else f"a tag in {f}" for y, f in ((found[name], where[name]),
+                                                                                   (yaml, folder))]
+                raise ValueError(f"task name {name!r} is defined twice ({said[0]} and {said[1]}), and only one of "
                                  "the two would run; rename one (the task:, group: or tag: key in its YAML)")
-            found[name] = (yaml, folder)
-    return {name: found[name][0] for name in names if name in found}
+            found[name] = yaml
+            where.setdefault(name, folder)
+            if entry.kind.name == "TAG":
+                members.setdefault(name, []).extend(sorted(entry.tags or ()))
+            elif entry.kind.name == "GROUP":
+                task = (entry.cfg or {}).get("task", [])
+                members[name] = task if isinstance(task, list) else [task]
+    defined: dict[str, Path | None] = {}
+    unknown: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in defined or name in unknown:
+            continue
+        if name not in found:
+            unknown.add(name)
+            continue
+        defined[name] = found[name]
+        for member in members.get(name, []):
+            if isinstance(member, str):
+                todo.append(member)
+                continue
+            inline = member.get("task", member.get("group")) if isinstance(member, dict) else None
+            if isinstance(inline, str) and inline in found and found[inline] != found[name]:
+                raise ValueError(f"group {name!r} ({found[name]}) defines its member {inline!r} inline, and "
+                                 f"{found[inline] or 'a tag in ' + str(where[inline])} defines {inline!r} too: lm-eval "
+                                 "would build the latter with the group's keys on top; rename one")
+            unknown.add(f"{name}::{inline}")
+    return defined, unknown
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -434,10 +468,10 @@ def main(argv: list[str] | None = None) -> dict:
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     folders = [LOCAL_TASKS, *args.include_path]
     try:
-        defined = defining_yamls(folders, args.tasks)
+        _, unknown = defining_yamls(folders, args.tasks)
     except ValueError as e:
         parser.error(str(e))
-    manager = TaskManager(include_path=[str(f) for f in folders], include_defaults=not set(args.tasks) <= set(defined))
+    manager = TaskManager(include_path=[str(f) for f in folders], include_defaults=bool(unknown))
     t0 = time.perf_counter()
     fla_version = _fla_version()  # installed, whether or not hidden from transformers (fla_hidden_from_transformers)
     meta = dict(device=device, device_name=torch.cuda.get_device_name() if device.startswith("cuda") else

@@ -179,10 +179,23 @@ def test_parity_refuses_a_task_name_two_folders_define(tmp_path, capsys):
     for k, folder in enumerate((tasks, shared)):
         folder.mkdir(exist_ok=True)
         (folder / f"t{k}.yaml").write_text(mc.replace("task: shakespeare_next_line_mc", f"task: t{k}\ntag: same_tag"))
-    names = ["t0", "t1", "same_tag", "shakespeare_next_line_mc", "not_here"]
-    found = lm_eval_parity.defining_yamls([lm_eval_parity.LOCAL_TASKS, tasks, shared, local], names)
+    found, unknown = lm_eval_parity.defining_yamls([lm_eval_parity.LOCAL_TASKS, tasks, shared, local],
+                                                   ["same_tag", "shakespeare", "not_here"])
     assert found == {"t0": (tasks / "t0.yaml").resolve(), "t1": (shared / "t1.yaml").resolve(), "same_tag": None,
-                     "shakespeare_next_line_mc": (local / "shakespeare_next_line_mc.yaml").resolve()}
+                     "shakespeare": (local / "shakespeare.yaml").resolve(),
+                     "shakespeare_next_line_mc": (local / "shakespeare_next_line_mc.yaml").resolve(),
+                     "shakespeare_next_line_gen": (local / "shakespeare_next_line_gen.yaml").resolve()}
+    assert unknown == {"not_here"}  # the members of a tag (every folder's) and of a group are followed
+    # A group listing a built-in task needs lm-eval's own index; an inline member another folder defines is refused
+    groups = tmp_path / "groups"
+    groups.mkdir()
+    (groups / "g.yaml").write_text("group: mygrp\ntask:\n  - arc_easy\n  - t0\n")
+    found, unknown = lm_eval_parity.defining_yamls([tasks, groups], ["mygrp"])
+    assert set(found) == {"mygrp", "t0"} and unknown == {"arc_easy"}
+    (groups / "g.yaml").write_text("group: mygrp\ntask:\n  - task: t0\n    num_fewshot: 3\n")
+    with pytest.raises(ValueError, match=r"group 'mygrp' \(.*g\.yaml\) defines its member 't0' inline, and "
+                                         r".*t0\.yaml defines 't0' too"):
+        lm_eval_parity.defining_yamls([tasks, groups], ["mygrp"])
 
 
 def test_parity_refuses_an_include_path_that_is_not_a_folder(tmp_path, capsys):
