@@ -1479,8 +1479,8 @@ class DeltaLogCache(DynamicCache):
             if not self.static:
                 raise
             # A full-attention StaticLayer past its max_cache_len slots (a manual loop: generate refuses the call up
-            # front). On the CPU index_copy_ raises after the layer counted the tokens; on CUDA it is a device-side
-            # assert, as with transformers' StaticCache. Lock the cache rather than leave it miscounted.
+            # front). On the CPU index_copy_ raises after the layer counted the tokens (on CUDA the bounds are
+            # checked on the device, not raised here; not tested). Lock the cache rather than leave it miscounted.
             raise self._status.reject(
                 f"this static DeltaLogCache has room for {self.max_cache_len} tokens per row (max_cache_len), and "
                 f"layer {layer_idx} was given more ({e}); build it with a larger max_cache_len (prompt + new "
