@@ -149,10 +149,11 @@ class _Status:
     ``broken`` completes the sentence "this DeltaLogCache ..." (e.g. "was left inconsistent by ..."), so the message
     of every later call names the actual cause."""
 
-    __slots__ = ("broken", "step_counters")
+    __slots__ = ("broken", "recording", "step_counters")
 
     def __init__(self) -> None:
         self.broken: str | None = None
+        self.recording = False  # some layer's past recording is on (activate_past_recording; never switched off)
         # Static mode: one decode-step counter per device ([] int64 device tensor, owner layer index). Only the owner,
         # the first DeltaLog layer allocated on that device, advances it: one tiny kernel per step in the captured
         # graph instead of one per layer.
@@ -507,6 +508,12 @@ class DeltaLogLayer(LinearAttentionLayer):
                 "a model with another configuration; build the cache from the model that uses it")
 
     # ------------------------------------------------------------------ transformers' layer API
+    def activate_past_recording(self) -> None:
+        """transformers' past recording (the conv states keep their columns until a crop); also tells the cache, whose
+        static attention layers then return only their filled slots (see ``DeltaLogCache._unmasked_static_slots``)."""
+        super().activate_past_recording()
+        self.status.recording = True
+
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
                           **kwargs) -> torch.Tensor:
         """Store conv window ``state_idx`` as transformers' ``LinearAttentionLayer.update_conv_state`` does (the model's
@@ -1511,7 +1518,8 @@ class DeltaLogCache(DynamicCache):
                 return None  # every slot filled (or rolled): nothing empty to attend
         else:
             return None
-        if self.is_compileable:
+        # (the shared flag first: the layer walk of is_compileable, transformers' own test, only while recording)
+        if not getattr(self._status, "recording", True) or self.is_compileable:
             return None
         if held is None:
             held = int(layer.cumulative_length) if layer.is_initialized else 0
