@@ -349,8 +349,8 @@ def transformers_cases(family: str, device) -> list[dict]:
             ref = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None)
         same = torch.equal(out, ref)
         # A manual loop without attention_mask (transformers skips a non-compileable cache's one-token mask there, as
-        # for the all-ones mask of the generate above):
-        # the recording static cache's attention layers return only their filled slots, as the default cache's do.
+        # for the all-ones mask of the generate above): the recording static cache's attention layers return only
+        # their filled slots, as the default cache's do.
         manual = DeltaLogCache(model, backend="triton", merge_interval=M, static=True, max_cache_len=6 + n)
         manual.activate_past_recording()
         default = transformers.DynamicCache(config=model.config)

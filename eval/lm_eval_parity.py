@@ -10,8 +10,8 @@ side counts as an infinite difference. Writes `parity.json` and `parity.md` (a s
 
 Tasks: the local ones under `eval/tasks/` (`shakespeare_next_line_gen`, `shakespeare_next_line_mc`), any standard
 lm-eval task name whose data is available (cached or downloadable), and the tasks of `--include-path` folders (task
-YAMLs of your own, as lm-eval's `--include_path` takes them; a task or group name two folders define is refused); a task that
-cannot load is reported as skipped.
+YAMLs of your own, as lm-eval's `--include_path` takes them; a task or group name two folders define is refused); a
+task that cannot load is reported as skipped.
 
     python eval/lm_eval_parity.py --pretrained eval/checkpoints/gdn-shakespeare eval/checkpoints/kda-shakespeare \\
         --dtype float32 --device cpu --batch-size 16 --out eval/results/lm_eval_parity/cpu_fp32
