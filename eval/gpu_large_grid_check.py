@@ -34,9 +34,11 @@ HK, HV, K, V, M = 16, 32, 128, 128, 4
 C = M - 1
 
 
-def run(op: str, B: int, v_first: bool, steps: int, dev: str, HK=HK, HV=HV, K=K, V=V) -> dict:
-    """One case (the module's head sizes unless given: the CPU test runs the same code on tiny ones under the
-    interpreter); returns its JSON record."""
+def run(op: str, B: int, v_first: bool, steps: int, dev: str, HK=HK, HV=HV, K=K, V=V, C=C,
+        lengths: list[int] | None = None) -> dict:
+    """One case (the module's head sizes and log capacity ``C`` unless given: the CPU test runs the same code on tiny
+    ones under the interpreter; ``lengths``: the rows' live entries, default ``row mod (C + 1)``); returns its JSON
+    record."""
     t0 = time.perf_counter()
     gen = torch.Generator(device=dev).manual_seed(0)
     x, base, log, ws, naive, kernel, _ = case(op, dev, torch.int64, gen, B=B, HK=HK, HV=HV, K=K, V=V, C=C, T=steps)
@@ -46,7 +48,7 @@ def run(op: str, B: int, v_first: bool, steps: int, dev: str, HK=HK, HV=HV, K=K,
     u_log.copy_(torch.randn(u_log.shape, generator=gen, device=dev) * 0.1)
     decay_log.copy_(-torch.rand(decay_log.shape, generator=gen, device=dev) * 0.1)
     log_decay.copy_(-torch.rand(log_decay.shape, generator=gen, device=dev))
-    length.copy_(torch.arange(B, device=dev) % (C + 1))
+    length.copy_(torch.arange(B, device=dev) % (C + 1) if lengths is None else torch.tensor(lengths, device=dev))
     rows = torch.tensor(sorted({0, 1, B // 2, B - 2, B - 1}), device=dev)
     # the reference's copy of the checked rows, in its [K, V] layout
     ref = [base[rows].clone()] + [t[rows].clone() for t in log]
@@ -75,7 +77,8 @@ def run(op: str, B: int, v_first: bool, steps: int, dev: str, HK=HK, HV=HV, K=K,
     if torch.device(dev).type == "cuda":
         torch.cuda.synchronize(dev)
     elements = base.numel()
-    return {"op": op, "B": B, "layout": "VK" if v_first else "KV", "rows_x_heads": B * HV, "state_elements": elements,
+    return {"op": op, "B": B, "M": C + 1, "K": K,
+            "layout": "VK" if v_first else "KV", "rows_x_heads": B * HV, "state_elements": elements,
             "past_int32": elements > 2**31 - 1, "steps": steps, "checked_rows": rows.tolist(), "ok": bool(ok),
             "max_abs_diff": worst, "seconds": round(time.perf_counter() - t0, 1)}
 

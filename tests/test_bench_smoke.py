@@ -285,3 +285,18 @@ def test_large_grid_check_logic_on_tiny_shapes(op, monkeypatch):
 
     monkeypatch.setattr(check, "case", corrupted_case)
     assert not check.run(op, 6, True, 5, "cpu", **dims)["ok"]
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda", "rwkv6"])
+def test_large_merge_interval_check_on_tiny_shapes(op, monkeypatch):
+    """eval/gpu_large_merge_interval_check.py (run on the H200 up to M = 1024) on tiny heads under the interpreter, at
+    M = 20: KDA past its unrolled walk (16 slots), RWKV6 with its slot loop forced; two rows merge, two append."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import hf_deltalog.kernels.rwkv6.fused_deltalog as rwkv6_fused
+    monkeypatch.setattr(rwkv6_fused, "MAX_LOG_TILE", 0)
+    spec = importlib.util.spec_from_file_location("gpu_large_merge_interval_check",
+                                                  SCRIPT.parent / "gpu_large_merge_interval_check.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    r = script.check(op, 20, "cpu", 3, K=8, V=8)
+    assert r["ok"] and r["M"] == 20 and r["max_abs_diff"] < 1e-5, r

@@ -394,6 +394,9 @@ BAD_INPUTS = [
     ("prepare_warps-float", _kw(prepare_warps=2.0), TypeError, "prepare_warps must be an int"),
     ("heads_per_program-bool", _kw(heads_per_program=True), TypeError, "heads_per_program must be an int"),
     ("raw_qk-str", _kw(raw_qk="no"), TypeError, "raw_qk must be True, False or None"),
+    # a string flag is truthy: "False" silently read the base in the other layout (65th review)
+    ("state_v_first-str", _kw(state_v_first="False"), TypeError, "state_v_first must be True or False"),
+    ("l2norm-int", _kw(use_qk_l2norm_in_kernel=0), TypeError, "use_qk_l2norm_in_kernel must be True or False"),
     ("numpy-options", _kw(block_v=np.int64(8), num_warps=np.int32(1), heads_per_program=np.int64(1)), None, None),
 ]
 

@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed: the KDA Triton kernels cannot run")
 
+import hf_deltalog.kernels.kda.fused_deltalog as kda_fused  # noqa: E402
 from hf_deltalog.kernels.kda.fused_deltalog import deltalog_kda_workspace, fused_deltalog_kda_decode  # noqa: E402
 from hf_deltalog.kernels.kda.naive import (  # noqa: E402
     naive_deltalog_kda_decode,
@@ -79,6 +80,14 @@ def test_stepwise_gqa_uneven_dims(M, v_first, lengths):
 def test_stepwise_prepare_warps(prepare_warps):
     """The prepare kernel's warps (a launch option) change no result: the same stepwise check, merges included."""
     run_stepwise(4, True, torch.float32, [3, 0, 2], B=3, Hk=2, HV=4, K=12, V=20, prepare_warps=prepare_warps)
+
+
+@pytest.mark.parametrize("M,unrolled,lengths", [(4, 0, [3, 0, 2]), (19, 16, [17, 5, 18])])
+def test_stepwise_slot_loop(monkeypatch, M, unrolled, lengths):
+    """Past MAX_UNROLLED_SLOTS the prepare kernel walks the log in a loop that is not unrolled: forced at M = 4, and
+    at M = 19 (C = 18) under the default limit of 16; GQA, uneven dims, merges and mixed phases included."""
+    monkeypatch.setattr(kda_fused, "MAX_UNROLLED_SLOTS", unrolled)
+    run_stepwise(M, M == 4, torch.float32, lengths, B=3, Hk=1, HV=2, K=12, V=6)
 
 
 def run_stepwise(M, v_first, dtype, lengths, B, Hk, HV, K, V, **options):
@@ -169,7 +178,11 @@ def test_custom_op_plain_entry_and_compile():
                                              (dict(prepare_warps=3), ValueError, "prepare_warps must be one of"),
                                              (dict(num_warps=True), TypeError, "num_warps must be an int"),
                                              (dict(block_v=2.0), TypeError, "block_v must be an int"),
-                                             (dict(prepare_warps="1"), TypeError, "prepare_warps must be an int")])
+                                             (dict(prepare_warps="1"), TypeError, "prepare_warps must be an int"),
+                                             # a string flag is truthy: "False" read the base in the other layout
+                                             (dict(state_v_first="False"), TypeError,
+                                              "state_v_first must be True or False"),
+                                             (dict(use_custom_op=1), TypeError, "use_custom_op must be True or False")])
 def test_launch_options_are_checked(bad, exc, match):
     B, Hk, HV, K, V, M = 2, 1, 1, 16, 8, 3
     args = list(make_inputs(B, Hk, HV, K, V, torch.float32, torch.Generator().manual_seed(5)))

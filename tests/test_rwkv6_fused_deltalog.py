@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed: the RWKV6 Triton kernels cannot run")
 
+import hf_deltalog.kernels.rwkv6.fused_deltalog as rwkv6_fused  # noqa: E402
 from hf_deltalog.kernels.rwkv6.fused_deltalog import (  # noqa: E402
     deltalog_rwkv6_workspace,
     fused_deltalog_rwkv6_decode,
@@ -79,6 +80,15 @@ def test_stepwise_uneven_dims(M, v_first, dtype, lengths):
 def test_stepwise_prepare_warps(prepare_warps):
     """The prepare kernel's warps (a launch option) change no result: the same stepwise check, merges included."""
     run_stepwise(4, True, torch.float32, [3, 0, 2], B=3, H=2, K=12, V=20, prepare_warps=prepare_warps)
+
+
+@pytest.mark.parametrize("M,v_first,dtype,lengths", [(4, True, torch.float32, [3, 0, 2]),
+                                                     (6, False, torch.bfloat16, [5, 1, 4])])
+def test_stepwise_slot_loop(monkeypatch, M, v_first, dtype, lengths):
+    """Past MAX_LOG_TILE elements of [C, K] tile the prepare kernel walks the log one slot at a time (forced here by
+    a limit of 0): the same stepwise check, merges, mixed phases and factors in the activation dtype included."""
+    monkeypatch.setattr(rwkv6_fused, "MAX_LOG_TILE", 0)
+    run_stepwise(M, v_first, dtype, lengths, B=3, H=2, K=12, V=20)
 
 
 def run_stepwise(M, v_first, dtype, lengths, B, H, K, V, **options):
@@ -175,7 +185,11 @@ def test_custom_op_plain_entry_and_compile():
                                              (dict(prepare_warps=3), ValueError, "prepare_warps must be one of"),
                                              (dict(num_warps=True), TypeError, "num_warps must be an int"),
                                              (dict(block_v=2.0), TypeError, "block_v must be an int"),
-                                             (dict(prepare_warps="1"), TypeError, "prepare_warps must be an int")])
+                                             (dict(prepare_warps="1"), TypeError, "prepare_warps must be an int"),
+                                             # a string flag is truthy: "False" read the base in the other layout
+                                             (dict(state_v_first="False"), TypeError,
+                                              "state_v_first must be True or False"),
+                                             (dict(use_custom_op=1), TypeError, "use_custom_op must be True or False")])
 def test_launch_options_are_checked(bad, exc, match):
     B, H, K, V, M = 2, 1, 16, 8, 3
     args = list(make_inputs(B, H, K, V, torch.float32, torch.Generator().manual_seed(6))) + [torch.randn(H, K)]

@@ -88,6 +88,14 @@ def check_log_ranks(k_log, value_log, value_name: str, key_heads: str = "Hk", va
                          f"k_log {tuple(k_log.shape)} and {value_name} {tuple(value_log.shape)}")
 
 
+def check_flags(**flags) -> None:
+    """Raise ``TypeError`` unless every given flag is a Python ``bool``: a string such as ``"False"`` is truthy and
+    would silently pick the other layout or normalisation."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False; got {value!r}")
+
+
 def check_floating(**tensors: torch.Tensor) -> None:
     """Raise ``TypeError`` unless every given tensor has a floating dtype (an integer activation would be truncated)."""
     for name, t in tensors.items():

@@ -62,7 +62,9 @@ from hf_deltalog.kernels._op import (
 )
 from hf_deltalog.kernels._op import _is_int
 from hf_deltalog.kernels._op import interpreting as _interpreting
-from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks, check_workspace_sizes
+from hf_deltalog.kernels.common import (
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+)
 
 __all__ = [
     "LaunchConfig", "OP_KIND", "OP_NAME", "deltalog_gdn_workspace", "default_launch_config", "fused_deltalog_gdn_decode",
@@ -626,6 +628,8 @@ def fused_deltalog_gdn_decode(
     ``HF_DELTALOG_OPAQUE_OP=1``); a graph compiled from the ``triton_op`` form (a GPU's default) launches the
     kernels unchecked, so aliased buffers there are the caller's error (:func:`hf_deltalog.kernels.common.check_disjoint`).
     """
+    check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
+                use_custom_op=use_custom_op)
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
               num_warps, heads_per_program, prepare_warps)
     if raw_qk is not None and not isinstance(raw_qk, bool):

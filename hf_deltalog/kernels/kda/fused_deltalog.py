@@ -42,11 +42,18 @@ from torch.library import wrap_triton
 from hf_deltalog.kernels._op import (
     check_launch_options, interpreting, launch_device, register_decode_op,
 )
-from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks, check_workspace_sizes
+from hf_deltalog.kernels.common import (
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+)
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
 
 OP_NAME = "hf_deltalog::fused_deltalog_kda_decode"
+
+# The prepare kernel unrolls its walk over the log up to this many slots (every benchmarked M: 2 to 16) and loops
+# beyond: unrolled, the compile time grows with C² (4.7 s at M = 32, 19 s at 64, 98 s at 128, over 400 s at 256 on an
+# H200), although M ≤ MAX_MERGE_INTERVAL = 1024 is accepted
+MAX_UNROLLED_SLOTS = 16
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -56,7 +63,7 @@ def _deltalog_kda_prepare_kernel(
     q_ptr, k_ptr, g_ptr, log_decay_ptr, k_log_ptr, decay_log_ptr, length_ptr, ws_ptr, scale,
     stride_qb, stride_qh, stride_kb, stride_kh, stride_gb, stride_gh,
     HK: tl.constexpr, HV: tl.constexpr, G: tl.constexpr, K: tl.constexpr, C: tl.constexpr, BK: tl.constexpr,
-    BC: tl.constexpr, WS: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+    BC: tl.constexpr, WS: tl.constexpr, USE_QK_L2NORM: tl.constexpr, UNROLL: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     i_hk = pid % HK
@@ -83,7 +90,7 @@ def _deltalog_kda_prepare_kernel(
         g_t = tl.load(g_ptr + i_b * stride_gb + i_hv * stride_gh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
         ell = tl.load(log_decay_ptr + i_bh * K + offs_k, mask=mask_k, other=0.0)
         p_dl = decay_log_ptr + i_bh * (C * K) + offs_k
-        if C > 0:
+        if (C > 0) & UNROLL:
             # The log is walked from the newest slot back, one [K] key and log-decay per slot (no [C, K] tiles: 64
             # registers at C = 7, one wave of programs at B = 128; eval/results/h200/NOTES.md, round 36), each slot's
             # loads issued one slot ahead of its products. Stale slots (i ≥ L) add no decay and get a zero
@@ -98,7 +105,21 @@ def _deltalog_kda_prepare_kernel(
         tl.store(p_ws + K + offs_k, a * b_q, mask=mask_k)
         tl.store(p_ws + 2 * K + offs_k, ell, mask=mask_k)  # ℓ̄', for the merge
         tl.store(p_ws + 3 * K, qk)
-        if C > 0:
+        if (C > 0) & (not UNROLL):
+            # Long logs: the same walk in a loop the compiler does not unroll (unrolled, the compile time grows with
+            # C²: 98 s at M = 128 and over 400 s at M = 256 on an H200), each slot's coefficients stored as found
+            later = g_t
+            for n in range(C):
+                i = C - 1 - n
+                k_i = tl.load(p_kl + i * K, mask=mask_k, other=0.0)
+                lam_i = tl.load(p_dl + i * K, mask=mask_k, other=0.0)
+                dk_i = tl.exp(later) * k_i
+                tl.store(p_ws + 3 * K + 1 + i, tl.where(i < L, tl.sum(dk_i * b_k, axis=0), 0.0))
+                tl.store(p_ws + 3 * K + 1 + C + i, tl.where(i < L, tl.sum(dk_i * b_q, axis=0), 0.0))
+                if L >= C:  # merge row: slot i takes the merge's decayed key, as in the unrolled walk
+                    tl.store(p_dl + i * K, dk_i, mask=mask_k)
+                later += tl.where(i < L, lam_i, 0.0)
+        if (C > 0) & UNROLL:
             offs_c = tl.arange(0, BC)
             ck = tl.zeros([BC], dtype=tl.float32)
             cq = tl.zeros([BC], dtype=tl.float32)
@@ -122,6 +143,7 @@ def _deltalog_kda_prepare_kernel(
                     later += tl.where(i < L, lam_i, 0.0)
             tl.store(p_ws + 3 * K + 1 + offs_c, ck, mask=offs_c < C)
             tl.store(p_ws + 3 * K + 1 + C + offs_c, cq, mask=offs_c < C)
+        if C > 0:
             if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
                 tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, g_t, mask=mask_k)  # own log-decay
         tl.store(log_decay_ptr + i_bh * K + offs_k, tl.where(is_merge, 0.0, ell), mask=mask_k)
@@ -305,7 +327,7 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
         q, k, g, log_decay, kl, dl, length, workspace, scale,
         q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
         HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
-        num_warps=prepare_warps or 1,
+        UNROLL=C <= MAX_UNROLLED_SLOTS, num_warps=prepare_warps or 1,
     )
     wrap(_deltalog_kda_decode_kernel)[(B * HV * NV,)](
         v, beta, o, base, ul, dl, length, workspace,
@@ -386,6 +408,8 @@ def fused_deltalog_kda_decode(
             The shared-memory check runs on every eager call; under ``torch.compile`` only through the opaque custom
             op (:func:`hf_deltalog.kernels.common.check_disjoint`).
     """
+    check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
+                use_custom_op=use_custom_op)
     _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)

@@ -36,12 +36,20 @@ from hf_deltalog.kernels._op import (
     check_launch_options, decode_register_cap, default_prepare_warps, interpreting, launch_device,
     register_decode_op,
 )
-from hf_deltalog.kernels.common import check_dims, check_disjoint, check_log_ranks, check_workspace_sizes
+from hf_deltalog.kernels.common import (
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+)
 from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
 __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode", "rwkv6_workspace_size"]
 
 OP_NAME = "hf_deltalog::fused_deltalog_rwkv6_decode"
+
+# The prepare kernel holds the log as [BC, BK] tiles (BC, BK: C and K rounded up to powers of two) up to this many
+# elements (64 KiB of fp32; K = 128 up to M = 129, every benchmarked M), and walks it one slot at a time beyond: the
+# tiles' reverse cumsum takes BC·BK·4 bytes of shared memory, which failed to compile at K = 128, M = 258 on an H200
+# (256 KiB needed, 227 KiB available) although M ≤ MAX_MERGE_INTERVAL = 1024 is accepted
+MAX_LOG_TILE = 16384
 
 
 @triton.jit
@@ -49,7 +57,7 @@ def _deltalog_rwkv6_prepare_kernel(
     r_ptr, k_ptr, v_ptr, w_ptr, u_ptr, log_decay_ptr, k_log_ptr, v_log_ptr, decay_log_ptr, length_ptr, ws_ptr, scale,
     stride_rb, stride_rh, stride_kb, stride_kh, stride_vb, stride_vh, stride_wb, stride_wh,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, BVF: tl.constexpr,
-    BC: tl.constexpr, WS: tl.constexpr,
+    BC: tl.constexpr, WS: tl.constexpr, SLOT_LOOP: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     i_h = pid % H
@@ -69,13 +77,14 @@ def _deltalog_rwkv6_prepare_kernel(
     L = tl.maximum(tl.minimum(tl.load(length_ptr + i_b), C + 1), -2147483648).to(tl.int32)
     # Every load before the first store, none waiting for L (the program is latency-bound): all C slots are read and
     # the stale ones (i ≥ L) zeroed by tl.where before any product, so whatever they hold cannot reach an output.
-    if C > 0:
+    if (C > 0) & (not SLOT_LOOP):
         offs_c = tl.arange(0, BC)
         mask_c = offs_c < C
         b_kl = tl.load(k_log_ptr + i_bh * (C * K) + offs_c[:, None] * K + offs_k[None, :],
                        mask=mask_c[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
         p_next = decay_log_ptr + i_bh * (C * K) + (offs_c[:, None] + 1) * K + offs_k[None, :]
         lam_next = tl.load(p_next, mask=(offs_c[:, None] + 1 < C) & mask_k[None, :], other=0.0)  # λ_{i+1}
+    if C > 0:
         offs_vf = tl.arange(0, BVF)
         mask_vf = offs_vf < V
         b_v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_vf, mask=mask_vf, other=0.0)
@@ -88,7 +97,27 @@ def _deltalog_rwkv6_prepare_kernel(
     if i_h == 0:
         # the phase, as int32 bits (exact for any length), for the decode kernel
         tl.store(ws_ptr + i_b * WS + WS - 1, L.to(tl.float32, bitcast=True))
-    if C > 0:
+    if (C > 0) & SLOT_LOOP:
+        # Long logs: one [K] key and log-decay per slot, newest first, in a loop the compiler does not unroll (the
+        # [BC, BK] tiles below would need BC·BK·4 bytes of shared memory for their cumsum: 256 KiB at K = 128,
+        # M = 258, over an H200's 227 KiB). The same sums as the tiles' reverse cumsum, added newest first.
+        later = tl.zeros([BK], dtype=tl.float32)  # Σ_{j>i, j<L} λ_j
+        for n in range(C):
+            i = C - 1 - n
+            p_i = i_bh * (C * K) + i * K + offs_k
+            k_i = tl.load(k_log_ptr + p_i, mask=mask_k, other=0.0).to(tl.float32)
+            lam_i = tl.load(decay_log_ptr + p_i, mask=mask_k, other=0.0)
+            live_i = i < L
+            dk_i = tl.where(mask_k & live_i, tl.exp(later) * k_i, 0.0)
+            tl.store(ws + 3 * K + 1 + i, tl.sum(dk_i * b_r, axis=0))
+            if L >= C:  # merge row: slot i takes the merge's decayed key, as the tiles' store below
+                tl.store(decay_log_ptr + p_i, tl.exp(later + b_w) * k_i, mask=mask_k)
+            later += tl.where(mask_k & live_i, lam_i, 0.0)
+        if (L >= 0) & (L < C):  # a length outside [0, C] writes nothing
+            tl.store(k_log_ptr + i_bh * (C * K) + L * K + offs_k, b_k.to(k_log_ptr.dtype.element_ty), mask=mask_k)
+            tl.store(v_log_ptr + i_bh * (C * V) + L * V + offs_vf, b_v.to(v_log_ptr.dtype.element_ty), mask=mask_vf)
+            tl.store(decay_log_ptr + i_bh * (C * K) + L * K + offs_k, b_w, mask=mask_k)  # the own log-decay
+    if (C > 0) & (not SLOT_LOOP):
         live = (offs_c < L) & mask_c
         mask_ck = live[:, None] & mask_k[None, :]
         # ℓ̄ − Λ_i = Σ_{j>i} λ_j (kernels.common.later_decay_sums): the entries' own log-decays, one slot shifted,
@@ -264,12 +293,13 @@ def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, wor
     BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
     NV = triton.cdiv(V, BV)
     WS = rwkv6_workspace_size(H, K, C)
+    slot_loop = BC * BK > MAX_LOG_TILE
     kl, vl, dl = (k_log, v_log, decay_log) if C > 0 else (base, base, base)
     wrap(_deltalog_rwkv6_prepare_kernel)[(B * H,)](
         r, k, v, w, u, log_decay, kl, vl, dl, length, workspace, scale,
         r.stride(0), r.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), w.stride(0), w.stride(2),
-        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS,
-        num_warps=prepare_warps or default_prepare_warps(BK, BC),
+        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, SLOT_LOOP=slot_loop,
+        num_warps=prepare_warps or default_prepare_warps(BK, 1 if slot_loop else BC),
     )
     wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
         v, o, base, vl, dl, length, workspace, v.stride(0), v.stride(2),
@@ -345,6 +375,7 @@ def fused_deltalog_rwkv6_decode(
             eager call; under ``torch.compile`` only through the opaque custom op
             (:func:`hf_deltalog.kernels.common.check_disjoint`).
     """
+    check_flags(state_v_first=state_v_first, use_custom_op=use_custom_op)
     _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
               block_v, num_warps, prepare_warps)
     scale = float(r.shape[-1] ** -0.5 if scale is None else scale)
