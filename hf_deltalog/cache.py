@@ -2138,8 +2138,10 @@ def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped
     if expand > 1:
         raise ValueError(
             f"this cache holds {held} tokens per row; continuing it with num_beams / num_return_sequences = {expand} "
-            "would expand its rows in the middle of the call. Continue it with one sequence per row, or call "
-            "cache.reset() (or use a new cache) for a new beam search"
+            "would expand its rows in the middle of the call. Continue it with one sequence per row (for n sampled "
+            "continuations of each row: cache.batch_repeat_interleave(n) first, then the ids repeated the same way, "
+            "ids.repeat_interleave(n, dim=0), with num_return_sequences=1), or call cache.reset() (or use a new "
+            "cache) for a new beam search"
         )
 
 

@@ -237,6 +237,12 @@ def test_continuing_with_beams_or_several_sequences_is_refused_up_front(expand):
     with torch.no_grad():
         ours = model.generate(follow_up, cache=cache, max_new_tokens=3, do_sample=False)
         assert torch.equal(ours, model.generate(follow_up, past_key_values=dense, max_new_tokens=3, do_sample=False))
+    # what the message offers for several continuations per row: repeat the cache's rows and the ids alike
+    third = torch.cat([ours, prompt_ids(2, 2, seed=10)], 1).repeat_interleave(2, dim=0)
+    cache.batch_repeat_interleave(2)
+    with torch.no_grad():
+        assert torch.equal(model.generate(third, cache=cache, max_new_tokens=3, do_sample=False),
+                           model.generate(third, max_new_tokens=3, do_sample=False))
 
 
 def test_generate_refuses_a_cache_with_use_cache_false():
