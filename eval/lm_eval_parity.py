@@ -79,13 +79,23 @@ def _ll_diff(p: float, q: float) -> float:
     return math.inf if math.isnan(p) or math.isnan(q) else abs(p - q)
 
 
+def _record_of(ids: list[int], records: list[dict]) -> dict | None:
+    """The generation record of the context `ids`: the one with exactly these ids, else the longest whose ids end
+    them (HFLM's `generate_until` keeps only a context's last `max_length − max_gen_toks` tokens, and the records
+    hold what the model was given); None if no record fits."""
+    exact = next((r for r in records if r["context"] == ids), None)
+    if exact is not None:
+        return exact
+    tails = [r for r in records if 0 < len(r["context"]) < len(ids) and ids[-len(r["context"]):] == r["context"]]
+    return max(tails, key=lambda r: len(r["context"]), default=None)
+
+
 def explain_difference(lm, context: str, default_records: list[dict], deltalog_records: list[dict],
                        dtype: str = "bfloat16") -> dict:
     """Where the generations of one context part, and both runs' top-2 tokens and logits at that step; a near tie is
     judged in the runs' `dtype` (:func:`_near_tie_tolerance`)."""
     ids = lm.tok_batch_encode([context])[0][0].tolist()
-    a = next((r for r in default_records if r["context"] == ids), None)
-    b = next((r for r in deltalog_records if r["context"] == ids), None)
+    a, b = _record_of(ids, default_records), _record_of(ids, deltalog_records)
     if a is None or b is None:
         return dict(found=False)
     step = next((i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"])) if x != y), None)
@@ -421,8 +431,12 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from hf_deltalog.interpreter import hide_fla_on_cpu, interpreting
-    from hf_deltalog.lm_eval_cli import checkpoint_problem, device_problem, is_fla_checkpoint, output_problem
+    from hf_deltalog.lm_eval_cli import (
+        checkpoint_problem, device_problem, is_fla_checkpoint, lm_eval_problem, output_problem,
+    )
 
+    if lm_eval_problem():
+        parser.error(lm_eval_problem())
     for name in args.pretrained:
         problem = checkpoint_problem(name)
         if problem:

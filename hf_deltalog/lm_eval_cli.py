@@ -24,12 +24,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["checkpoint_problem", "device_problem", "is_fla_checkpoint", "main", "output_problem"]
+__all__ = [
+    "checkpoint_problem", "device_problem", "is_fla_checkpoint", "lm_eval_problem", "main", "output_problem",
+]
 
 
 def checkpoint_problem(pretrained: str) -> str | None:
     """Why ``pretrained`` names no checkpoint, or None. A name written as a local path (absolute, starting with ``.``
-    or ``~``, or with more than one ``/``) must be an existing folder; any existing folder passes (a ``subfolder=`` or
+    or ``~``, with more than one ``/``, or ``a/b`` where ``a`` is a folder here) must be an existing folder; any existing folder passes (a ``subfolder=`` or
     ``gguf_file=`` checkpoint has no ``config.json`` at its top), and anything else is a hub id, which transformers
     resolves (and reports on) itself. ``~`` is not expanded, as transformers does not expand it. Without this check
     a missing folder surfaced as transformers' "Repo id must be in the form ..." traceback after the imports."""
@@ -37,6 +39,21 @@ def checkpoint_problem(pretrained: str) -> str | None:
         return None
     if Path(pretrained).is_absolute() or pretrained.startswith((".", "~")) or pretrained.count("/") > 1:
         return f"{pretrained}: no such checkpoint folder (a local folder, or a hub id org/name)"
+    org = pretrained.split("/")[0]
+    if pretrained.count("/") == 1 and Path(org).is_dir():
+        # a mistyped local path (eval/gdn-shakespeare) was looked up on the hub: a long network wait, then a hub error
+        return (f"{pretrained}: no such checkpoint folder ({org}/ is a local folder here without it; to load the hub "
+                f"id {pretrained}, run from a directory without a {org}/ folder)")
+    return None
+
+
+def lm_eval_problem() -> str | None:
+    """Why lm-eval cannot run here, or None: not installed (the entry points failed with a bare
+    ModuleNotFoundError)."""
+    import importlib.util
+
+    if importlib.util.find_spec("lm_eval") is None:
+        return "lm-evaluation-harness is not installed: pip install -e \".[eval]\" (lm_eval==0.4.13)"
     return None
 
 
@@ -137,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     from hf_deltalog.interpreter import collapse_autotuners, hide_fla_on_cpu, interpreting
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if lm_eval_problem():
+        raise SystemExit(lm_eval_problem())
     if not argv or "-h" in argv or "--help" in argv:  # what this entry adds, then lm-eval's own help
         print(f"{__doc__.strip()}\n\nlm-eval's own help follows.\n")
     pretrained, device, output_path = _lm_eval_settings(argv)

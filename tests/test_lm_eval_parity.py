@@ -438,12 +438,28 @@ def test_checkpoint_and_output_checks_take_what_the_run_takes_and_leave_nothing_
     for name in ("org/name", "gpt2", "repo", "./repo/", str(tmp_path / "repo"), str(CHECKPOINTS[0])):
         assert checkpoint_problem(name) is None, name
     monkeypatch.setenv("HOME", str(tmp_path))
-    for name in ("./nosuch", "~/repo", "a/b/c", "/nonexistent"):
+    for name in ("./nosuch", "~/repo", "a/b/c", "/nonexistent", "repo/gnd"):  # repo/: a local folder (65th review)
         assert "no such checkpoint folder" in checkpoint_problem(name), name
     assert output_problem("new/deep/out") is None and output_problem("new2/r.json", folder=False) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]  # nothing created is left
     (tmp_path / "keep").mkdir()
     assert output_problem("keep") is None and (tmp_path / "keep").is_dir()  # what existed stays
+
+
+def test_both_entry_points_say_how_to_install_lm_eval(monkeypatch, capsys):
+    """Without lm-eval installed (the README's first command leaves it out) both entry points failed with a bare
+    ModuleNotFoundError; they now say which extra installs it."""
+    import importlib.util
+
+    from hf_deltalog import lm_eval_cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    with pytest.raises(SystemExit, match=r'pip install -e "\.\[eval\]"'):
+        lm_eval_cli.main(["--model", "hf-cached", "--tasks", "shakespeare_next_line_mc", "--limit", "1"])
+    with pytest.raises(SystemExit):
+        lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--limit", "1"])
+    assert 'not installed: pip install -e ".[eval]"' in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
@@ -500,6 +516,11 @@ def test_a_nan_score_is_never_an_explained_flip_and_reasons_match_the_verdict():
     d = lm_eval_parity.explain_difference(_Stub(), "ab", [base], [far], "float32")
     assert d["explained"] is False and "not a near tie" in d["reason"]
     assert "within 4" not in d["reason"]
+    # a context that generate_until left-truncated: the records hold its last tokens only (65th review: not found)
+    tail_a, tail_b = dict(base, context=[ord("b")]), dict(far, context=[ord("b")])
+    d = lm_eval_parity.explain_difference(_Stub(), "ab", [tail_a], [tail_b], "float32")
+    assert d["found"] and d["first_differing_step"] == 1
+    assert not lm_eval_parity.explain_difference(_Stub(), "ab", [dict(base, context=[ord("a")])], [tail_b])["found"]
     nan = dict(far, top2_logits=[[10.0, 9.0], [float("nan"), 3.0]])
     d = lm_eval_parity.explain_difference(_Stub(), "ab", [base], [nan], "float32")
     assert d["explained"] is False and d["reason"] == "a NaN logit among the two best tokens: not a near tie"
