@@ -712,8 +712,9 @@ class DeltaLogLayer(LinearAttentionLayer):
             # strided views of the conv output (a copy only then)
             query, key, value, g, beta = (t if t is None or t.stride(-1) == 1 else t.contiguous()
                                           for t in (query, key, value, g, beta))
-            o = kernel(query, key, value, g, beta, *buffers, self.workspace, use_qk_l2norm_in_kernel=use_qk_l2norm,
-                       state_v_first=self.state_v_first)
+            # bool(): the launchers take only bools; the model's own kernels read the flag by truth value
+            o = kernel(query, key, value, g, beta, *buffers, self.workspace,
+                       use_qk_l2norm_in_kernel=bool(use_qk_l2norm), state_v_first=self.state_v_first)
         elif self.spec.operator == "kda":
             o = naive_deltalog_kda_decode(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=use_qk_l2norm)
         else:
