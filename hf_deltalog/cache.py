@@ -1898,7 +1898,8 @@ class DeltaLogCache(DynamicCache):
         self._check_consistent(held)
         if held == 0:
             return held
-        _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate)
+        _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate,
+                                  all(hasattr(layer, "batch_repeat_interleave") for layer in self.layers))
         if input_ids is None:
             return held
         only_new = attention_mask is not None and attention_mask.shape[1] == held + input_ids.shape[1]
@@ -2118,12 +2119,14 @@ def note_stopped_generate(cache: Any, error: BaseException, held_before: int) ->
         cache._stopped_generate = type(error).__name__
 
 
-def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped: str | None = None) -> None:
+def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped: str | None = None,
+                              can_repeat: bool = True) -> None:
     """Raise ValueError when a cache holding ``held`` tokens cannot be continued by this generate call: the last
     generate call on it stopped with the exception named ``stopped`` after the cache consumed tokens
     (:func:`note_stopped_generate`), its rows are the beams of an earlier beam search (``after_beams``), or the call
-    would expand every row into ``expand`` > 1 (``num_beams`` / ``num_return_sequences``). Shared by
-    :class:`DeltaLogCache` and the FLA cache."""
+    would expand every row into ``expand`` > 1 (``num_beams`` / ``num_return_sequences``; the message offers
+    ``batch_repeat_interleave`` where every layer has it, ``can_repeat``). Shared by :class:`DeltaLogCache` and the
+    FLA cache."""
     if stopped is not None:
         raise ValueError(
             f"the last generate call on this cache stopped with {stopped} after the cache had consumed tokens, so it "
@@ -2139,10 +2142,11 @@ def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped
     if expand > 1:
         raise ValueError(
             f"this cache holds {held} tokens per row; continuing it with num_beams / num_return_sequences = {expand} "
-            "would expand its rows in the middle of the call. Continue it with one sequence per row (for n sampled "
-            "continuations of each row: cache.batch_repeat_interleave(n) first, then the ids repeated the same way, "
-            "ids.repeat_interleave(n, dim=0), with num_return_sequences=1), or call cache.reset() (or use a new "
-            "cache) for a new beam search"
+            "would expand its rows in the middle of the call. Continue it with one sequence per row"
+            + (" (for n sampled continuations of each row: cache.batch_repeat_interleave(n) first, then the ids and "
+               "the attention mask repeated the same way, .repeat_interleave(n, dim=0), with num_return_sequences=1)"
+               if can_repeat else "")
+            + ", or call cache.reset() (or use a new cache) for a new beam search"
         )
 
 

@@ -237,12 +237,26 @@ def test_continuing_with_beams_or_several_sequences_is_refused_up_front(expand):
     with torch.no_grad():
         ours = model.generate(follow_up, cache=cache, max_new_tokens=3, do_sample=False)
         assert torch.equal(ours, model.generate(follow_up, past_key_values=dense, max_new_tokens=3, do_sample=False))
-    # what the message offers for several continuations per row: repeat the cache's rows and the ids alike
+    # what the message offers for several sampled continuations per row: repeat the cache's rows and the ids alike
     third = torch.cat([ours, prompt_ids(2, 2, seed=10)], 1).repeat_interleave(2, dim=0)
     cache.batch_repeat_interleave(2)
     with torch.no_grad():
-        assert torch.equal(model.generate(third, cache=cache, max_new_tokens=3, do_sample=False),
-                           model.generate(third, max_new_tokens=3, do_sample=False))
+        torch.manual_seed(0)
+        sampled = model.generate(third, cache=cache, max_new_tokens=3, do_sample=True)
+        torch.manual_seed(0)
+        assert torch.equal(sampled, model.generate(third, max_new_tokens=3, do_sample=True))
+
+
+def test_a_static_cache_is_not_offered_batch_repeat_interleave():
+    """Static mode keeps transformers' StaticLayer for attention, which has no batch_repeat_interleave: the refusal
+    to expand held rows must not offer it (66th review)."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model, merge_interval=2, static=True, max_cache_len=32)
+    ids = prompt_ids(2, 4, seed=8)
+    first = model.generate(ids, cache=cache, max_new_tokens=2, do_sample=False)
+    with pytest.raises(ValueError, match="num_return_sequences = 2") as err:
+        model.generate(first, cache=cache, max_new_tokens=2, num_return_sequences=2, do_sample=True)
+    assert "batch_repeat_interleave" not in str(err.value)
 
 
 def test_generate_refuses_a_cache_with_use_cache_false():
