@@ -80,14 +80,17 @@ def _ll_diff(p: float, q: float) -> float:
 
 
 def _record_of(ids: list[int], records: list[dict]) -> dict | None:
-    """The generation record of the context `ids`: the one with exactly these ids, else the longest whose ids end
-    them (HFLM's `generate_until` keeps only a context's last `max_length − max_gen_toks` tokens, and the records
-    hold what the model was given); None if no record fits."""
+    """The generation record of the context `ids`: the one with exactly these ids, else one as long as the longest
+    record whose ids end them (HFLM's `generate_until` keeps only a context's last `max_length − max_gen_toks`
+    tokens, and the records hold what the model was given); None if no record fits."""
     exact = next((r for r in records if r["context"] == ids), None)
-    if exact is not None:
+    if exact is not None or not records:
         return exact
-    tails = [r for r in records if 0 < len(r["context"]) < len(ids) and ids[-len(r["context"]):] == r["context"]]
-    return max(tails, key=lambda r: len(r["context"]), default=None)
+    # A truncated context is as long as the longest record (every truncated one has that length); a shorter record
+    # whose ids end these is another context's (66th review)
+    longest = max(len(r["context"]) for r in records)
+    return next((r for r in records if 0 < len(r["context"]) == longest < len(ids)
+                 and ids[-longest:] == r["context"]), None)
 
 
 def explain_difference(lm, context: str, default_records: list[dict], deltalog_records: list[dict],
@@ -432,7 +435,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from hf_deltalog.interpreter import hide_fla_on_cpu, interpreting
     from hf_deltalog.lm_eval_cli import (
-        checkpoint_problem, device_problem, is_fla_checkpoint, lm_eval_problem, output_problem,
+        checkpoint_note, checkpoint_problem, device_problem, is_fla_checkpoint, lm_eval_problem, output_problem,
     )
 
     if lm_eval_problem():
@@ -441,6 +444,8 @@ def main(argv: list[str] | None = None) -> dict:
         problem = checkpoint_problem(name)
         if problem:
             parser.error(f"--pretrained {problem}")
+        if checkpoint_note(name):
+            print(checkpoint_note(name), file=sys.stderr)
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     problem = device_problem(device)

@@ -25,13 +25,14 @@ import tempfile
 from pathlib import Path
 
 __all__ = [
-    "checkpoint_problem", "device_problem", "is_fla_checkpoint", "lm_eval_problem", "main", "output_problem",
+    "checkpoint_note", "checkpoint_problem", "device_problem", "is_fla_checkpoint", "lm_eval_problem", "main",
+    "output_problem",
 ]
 
 
 def checkpoint_problem(pretrained: str) -> str | None:
     """Why ``pretrained`` names no checkpoint, or None. A name written as a local path (absolute, starting with ``.``
-    or ``~``, with more than one ``/``, or ``a/b`` where ``a`` is a folder here) must be an existing folder; any existing folder passes (a ``subfolder=`` or
+    or ``~``, or with more than one ``/``) must be an existing folder; any existing folder passes (a ``subfolder=`` or
     ``gguf_file=`` checkpoint has no ``config.json`` at its top), and anything else is a hub id, which transformers
     resolves (and reports on) itself. ``~`` is not expanded, as transformers does not expand it. Without this check
     a missing folder surfaced as transformers' "Repo id must be in the form ..." traceback after the imports."""
@@ -39,11 +40,19 @@ def checkpoint_problem(pretrained: str) -> str | None:
         return None
     if Path(pretrained).is_absolute() or pretrained.startswith((".", "~")) or pretrained.count("/") > 1:
         return f"{pretrained}: no such checkpoint folder (a local folder, or a hub id org/name)"
+    return None
+
+
+def checkpoint_note(pretrained: str) -> str | None:
+    """A warning for a name that passes :func:`checkpoint_problem` as a hub id ``org/name`` while ``org`` is a local
+    folder here and ``org/name`` is no folder (a mistyped local path such as ``eval/gdn-shakespeare`` is otherwise
+    only known as such after the hub lookup's retries and network error); None otherwise. A warning, not a refusal:
+    the hub id may be meant."""
     org = pretrained.split("/")[0]
-    if pretrained.count("/") == 1 and Path(org).is_dir():
-        # a mistyped local path (eval/gdn-shakespeare) was looked up on the hub: a long network wait, then a hub error
-        return (f"{pretrained}: no such checkpoint folder ({org}/ is a local folder here without it; to load the hub "
-                f"id {pretrained}, run from a directory without a {org}/ folder)")
+    if pretrained.count("/") == 1 and Path(org).is_dir() and not Path(pretrained).is_dir():
+        what = "is a file, not a checkpoint folder," if Path(pretrained).exists() else "does not exist"
+        return (f"warning: {pretrained} {what} in the local folder {org}/; loading it as a hub id (if you meant a "
+                "local checkpoint, check the path)")
     return None
 
 
@@ -53,7 +62,8 @@ def lm_eval_problem() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("lm_eval") is None:
-        return "lm-evaluation-harness is not installed: pip install -e \".[eval]\" (lm_eval==0.4.13)"
+        return ("lm-evaluation-harness is not installed: pip install -e \".[eval]\" in a checkout, or pip install "
+                "\"hf-deltalog[eval]\" (lm_eval==0.4.13)")
     return None
 
 
@@ -162,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
     problem = pretrained and checkpoint_problem(pretrained)
     if problem:
         raise SystemExit(f"--model_args pretrained={problem}")
+    note = pretrained and checkpoint_note(pretrained)
+    if note:
+        print(note, file=sys.stderr)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     problem = device_problem(device)
     if problem:

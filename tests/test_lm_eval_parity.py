@@ -438,8 +438,18 @@ def test_checkpoint_and_output_checks_take_what_the_run_takes_and_leave_nothing_
     for name in ("org/name", "gpt2", "repo", "./repo/", str(tmp_path / "repo"), str(CHECKPOINTS[0])):
         assert checkpoint_problem(name) is None, name
     monkeypatch.setenv("HOME", str(tmp_path))
-    for name in ("./nosuch", "~/repo", "a/b/c", "/nonexistent", "repo/gnd"):  # repo/: a local folder (65th review)
+    for name in ("./nosuch", "~/repo", "a/b/c", "/nonexistent"):
         assert "no such checkpoint folder" in checkpoint_problem(name), name
+    # org/name with a local folder org/ but no org/name: a mistyped local path or a hub id; warned about, not refused
+    # (65th review: the hub lookup's retries came first; 66th: a refusal would lose a hub id meant)
+    from hf_deltalog.lm_eval_cli import checkpoint_note
+
+    (tmp_path / "repo" / "model.gguf").write_text("")
+    assert checkpoint_problem("repo/gnd") is None and "repo/gnd does not exist in the local folder repo/" in \
+        checkpoint_note("repo/gnd")
+    assert "is a file, not a checkpoint folder" in checkpoint_note("repo/model.gguf")
+    assert all(checkpoint_note(n) is None for n in ("repo/gdn", "org/name", "gpt2"))
+    (tmp_path / "repo" / "model.gguf").unlink()
     assert output_problem("new/deep/out") is None and output_problem("new2/r.json", folder=False) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]  # nothing created is left
     (tmp_path / "keep").mkdir()
@@ -455,7 +465,7 @@ def test_both_entry_points_say_how_to_install_lm_eval(monkeypatch, capsys):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
-    with pytest.raises(SystemExit, match=r'pip install -e "\.\[eval\]"'):
+    with pytest.raises(SystemExit, match=r'pip install -e "\.\[eval\]" in a checkout, or pip install "hf-deltalog'):
         lm_eval_cli.main(["--model", "hf-cached", "--tasks", "shakespeare_next_line_mc", "--limit", "1"])
     with pytest.raises(SystemExit):
         lm_eval_parity.main(["--pretrained", str(CHECKPOINTS[0]), "--limit", "1"])
@@ -521,6 +531,10 @@ def test_a_nan_score_is_never_an_explained_flip_and_reasons_match_the_verdict():
     d = lm_eval_parity.explain_difference(_Stub(), "ab", [tail_a], [tail_b], "float32")
     assert d["found"] and d["first_differing_step"] == 1
     assert not lm_eval_parity.explain_difference(_Stub(), "ab", [dict(base, context=[ord("a")])], [tail_b])["found"]
+    # another context's shorter record that ends the same way is not this context's (66th review)
+    other = dict(far, context=[ord("x"), ord("c")])
+    assert not lm_eval_parity.explain_difference(_Stub(), "abc", [dict(base, context=[ord("c")]), other],
+                                                 [dict(far, context=[ord("c")]), other])["found"]
     nan = dict(far, top2_logits=[[10.0, 9.0], [float("nan"), 3.0]])
     d = lm_eval_parity.explain_difference(_Stub(), "ab", [base], [nan], "float32")
     assert d["explained"] is False and d["reason"] == "a NaN logit among the two best tokens: not a near tie"
