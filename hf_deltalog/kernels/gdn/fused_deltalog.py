@@ -615,7 +615,8 @@ def fused_deltalog_gdn_decode(
     Raises:
         TypeError: a wrong dtype (activations must be bf16/fp16/fp32, state buffers fp32, ``length`` int32/int64,
             ``workspace`` fp32), a non-tensor argument, or a launch option of the wrong type (``block_v``,
-            ``num_warps``, ``prepare_warps``, ``heads_per_program`` not None or an int; ``raw_qk`` not None or a bool).
+            ``num_warps``, ``prepare_warps``, ``heads_per_program`` not None or an int; ``raw_qk`` not None or a bool),
+            or a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``, ``use_custom_op``) that is not a bool.
         ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, a zero head size or head count,
             a buffer the step writes sharing memory with another argument, tensors on different devices or
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a

@@ -401,7 +401,8 @@ def fused_deltalog_kda_decode(
     Raises:
         TypeError: a non-tensor argument, a wrong dtype (q/k/v bf16/fp16/fp32, g/beta floating, state buffers and
             ``workspace`` fp32, ``length`` int32/int64), or a launch option (``block_v``, ``num_warps``,
-            ``prepare_warps``) that is neither None nor an int.
+            ``prepare_warps``) that is neither None nor an int, or a flag (``use_qk_l2norm_in_kernel``,
+            ``state_v_first``, ``use_custom_op``) that is not a bool.
         ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
             (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). Messages say what is accepted.

@@ -46,9 +46,10 @@ __all__ = ["OP_NAME", "deltalog_rwkv6_workspace", "fused_deltalog_rwkv6_decode",
 OP_NAME = "hf_deltalog::fused_deltalog_rwkv6_decode"
 
 # The prepare kernel holds the log as [BC, BK] tiles (BC, BK: C and K rounded up to powers of two) up to this many
-# elements (64 KiB of fp32; K = 128 up to M = 129, every benchmarked M), and walks it one slot at a time beyond: the
-# tiles' reverse cumsum takes BC·BK·4 bytes of shared memory, which failed to compile at K = 128, M = 258 on an H200
-# (256 KiB needed, 227 KiB available) although M ≤ MAX_MERGE_INTERVAL = 1024 is accepted
+# elements (64 KiB of fp32; K = 128 up to M = 129, every benchmarked M), and walks it one slot at a time beyond: with
+# Triton 3.6 the tiles' reverse cumsum took BC·BK·4 bytes of shared memory and failed to compile at K = 128, M = 258
+# on an H200 (256 KiB needed, 227 KiB available; a Triton 3.9 compile for sm_90 needs 512 B), although
+# M ≤ MAX_MERGE_INTERVAL = 1024 is accepted
 MAX_LOG_TILE = 16384
 
 
@@ -98,9 +99,9 @@ def _deltalog_rwkv6_prepare_kernel(
         # the phase, as int32 bits (exact for any length), for the decode kernel
         tl.store(ws_ptr + i_b * WS + WS - 1, L.to(tl.float32, bitcast=True))
     if (C > 0) & SLOT_LOOP:
-        # Long logs: one [K] key and log-decay per slot, newest first, in a loop the compiler does not unroll (the
-        # [BC, BK] tiles below would need BC·BK·4 bytes of shared memory for their cumsum: 256 KiB at K = 128,
-        # M = 258, over an H200's 227 KiB). The same sums as the tiles' reverse cumsum, added newest first.
+        # Long logs: one [K] key and log-decay per slot, newest first, in a loop the compiler does not unroll (with
+        # Triton 3.6 the [BC, BK] tiles below took BC·BK·4 bytes of shared memory for their cumsum: 256 KiB at
+        # K = 128, M = 258, over an H200's 227 KiB). The same sums as the tiles' reverse cumsum, added newest first.
         later = tl.zeros([BK], dtype=tl.float32)  # Σ_{j>i, j<L} λ_j
         for n in range(C):
             i = C - 1 - n
@@ -368,7 +369,8 @@ def fused_deltalog_rwkv6_decode(
     Raises:
         TypeError: a non-tensor argument, wrong dtypes (including a key or value log narrower than its activation:
             it must be float32 or the activation's dtype, which it stores losslessly), or a launch option
-            (``block_v``, ``num_warps``, ``prepare_warps``) that is neither None nor an int.
+            (``block_v``, ``num_warps``, ``prepare_warps``) that is neither None nor an int, or a flag
+            (``state_v_first``, ``use_custom_op``) that is not a bool.
         ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
             (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). The shared-memory check runs on every
