@@ -438,14 +438,16 @@ def main(argv: list[str] | None = None) -> dict:
         checkpoint_note, checkpoint_problem, device_problem, is_fla_checkpoint, lm_eval_problem, output_problem,
     )
 
-    if lm_eval_problem():
-        parser.error(lm_eval_problem())
+    problem = lm_eval_problem()
+    if problem:
+        parser.error(problem)
     for name in args.pretrained:
         problem = checkpoint_problem(name)
         if problem:
             parser.error(f"--pretrained {problem}")
-        if checkpoint_note(name):
-            print(checkpoint_note(name), file=sys.stderr)
+        note = checkpoint_note(name)
+        if note:
+            print(note, file=sys.stderr)
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     problem = device_problem(device)

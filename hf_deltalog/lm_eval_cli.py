@@ -164,8 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     from hf_deltalog.interpreter import collapse_autotuners, hide_fla_on_cpu, interpreting
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if lm_eval_problem():
-        raise SystemExit(lm_eval_problem())
+    problem = lm_eval_problem()
+    if problem:
+        raise SystemExit(problem)
     if not argv or "-h" in argv or "--help" in argv:  # what this entry adds, then lm-eval's own help
         print(f"{__doc__.strip()}\n\nlm-eval's own help follows.\n")
     pretrained, device, output_path = _lm_eval_settings(argv)
