@@ -195,3 +195,31 @@ def test_bad_inputs():
     ref = naive_deltalog_gdn_materialize(S0.double(), **{n: t.double() if t.is_floating_point() else t
                                                          for n, t in log.items()})
     assert torch.equal(mixed, ref)
+
+
+def test_flags_and_non_tensors_refused():
+    """A flag that is not a bool (the string "False" is truthy: with K = V it silently read the base in the other
+    layout, found by the 69th review) or an argument that is not a tensor raises TypeError naming it, before anything
+    is written."""
+    B, Hk, HV, K, V, M = 2, 1, 2, 8, 8, 4  # K = V: a wrong layout would not show in a shape
+    q, k, v, g, beta, S0 = inputs(B, 1, Hk, HV, K, V)
+    log = empty_log(B, Hk, HV, K, V, M, poison=False)
+    base = S0.clone()
+    snapshot = [base.clone()] + [t.clone() for t in log.values()]
+    for flags in (dict(state_v_first="False"), dict(use_qk_l2norm_in_kernel="False"), dict(state_v_first=None)):
+        with pytest.raises(TypeError, match=f"{next(iter(flags))} must be True or False"):
+            naive_deltalog_gdn_decode(q, k, v, g, beta, base, **log, **flags)
+    with pytest.raises(TypeError, match="v must be a torch.Tensor; got list"):
+        naive_deltalog_gdn_decode(q, k, v.tolist(), g, beta, base, **log)
+    with pytest.raises(TypeError, match="log_decay must be a torch.Tensor; got NoneType"):
+        naive_deltalog_gdn_decode(q, k, v, g, beta, base, **{**log, "log_decay": None})
+    for a, b in zip([base, *log.values()], snapshot):  # untouched (the stale slots hold NaN)
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(TypeError, match="state_v_first must be True or False"):
+        naive_deltalog_gdn_materialize(base, **log, state_v_first="True")
+    with pytest.raises(TypeError, match="output_final_state must be True or False"):
+        naive_recurrent_gated_delta_rule(q, k, v, g, beta, output_final_state=1)
+    with pytest.raises(TypeError, match="use_qk_l2norm_in_kernel must be True or False"):
+        naive_recurrent_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel="True")
+    with pytest.raises(TypeError, match="initial_state must be a torch.Tensor; got list"):
+        naive_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=[0.0])

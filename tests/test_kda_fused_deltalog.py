@@ -93,17 +93,17 @@ def test_stepwise_slot_loop(monkeypatch, M, unrolled, lengths):
 def run_stepwise(M, v_first, dtype, lengths, B, Hk, HV, K, V, **options):
     """2M + 1 steps of the kernel and the naive reference from the same state: outputs and every buffer (live slots
     of the decay log) after each step."""
-    ref = make_state(B, Hk, HV, K, V, M, lengths, seed=1)
-    ours = to_layout([t.clone() for t in ref], v_first)
+    ref = to_layout(make_state(B, Hk, HV, K, V, M, lengths, seed=1), v_first)  # the reference in the same layout
+    ours = [t.clone() for t in ref]
     ws = deltalog_kda_workspace(B, Hk, HV, K, M - 1, "cpu").fill_(float("nan"))
     gen = torch.Generator().manual_seed(2)
     for step in range(2 * M + 1):
         x = make_inputs(B, Hk, HV, K, V, dtype, gen)
         o = fused_deltalog_kda_decode(*x, *ours, ws, state_v_first=v_first, **options)
-        o_ref = naive_deltalog_kda_decode(*x, *ref)
+        o_ref = naive_deltalog_kda_decode(*x, *ref, state_v_first=v_first)
         assert torch.isfinite(o).all(), step
         torch.testing.assert_close(o.float(), o_ref.float(), **OUT_TOL[dtype], msg=f"step {step}")
-        got = to_layout(ours, v_first)  # the same transposition undoes itself
+        got = ours
         for name, a, b in zip(NAMES, got, ref):
             assert torch.equal(a.isnan(), b.isnan()), f"step {step}: {name} NaN pattern"
             if name == "decay_log":  # its stale slots are the merge's scratch: compare the live ones

@@ -96,3 +96,53 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="HV=2 .* multiple of the key heads Hk=4"):  # failed in repeat/einsum
         naive_deltalog_kda_materialize(S0.clone(), **{**log, "k_log": log["k_log"].repeat(1, 2, 1, 1)})
     assert naive_deltalog_kda_materialize(S0, **{**log, "u_log": log["u_log"].double()}).dtype == torch.float64
+
+
+@pytest.mark.parametrize("M", [1, 4])
+def test_v_first_base_equals_transposed_base(M):
+    """``state_v_first=True`` keeps the base as ``[B, HV, V, K]`` (the Triton kernel's layout): the same steps from
+    the transposed base give the same outputs and logs, and a base that stays the transpose of the other one; the
+    materialised state is ``[B, HV, K, V]`` either way. GQA, K != V, rows mid-log and merging."""
+    B, T, Hk, HV, K, V = 3, 2 * M + 1, 1, 2, 8, 16
+    q, k, v, g, beta, S0 = inputs(B, T, Hk, HV, K, V, dtype=torch.float64)
+    kv = dict(base=S0.double().clone(), **empty_log(B, Hk, HV, K, V, M, torch.float64))
+    vk = {name: t.clone() for name, t in kv.items()}
+    vk["base"] = kv["base"].transpose(-1, -2).contiguous()
+    for t in range(T):
+        x = [y[:, t:t + 1] for y in (q, k, v, g, beta)]
+        o_kv = naive_deltalog_kda_decode(*x, **kv)
+        o_vk = naive_deltalog_kda_decode(*x, **vk, state_v_first=True)
+        assert rel_err(o_vk, o_kv) < 1e-13, t
+        assert rel_err(vk["base"].transpose(-1, -2), kv["base"]) < 1e-13, t
+        for name in ("log_decay", "k_log", "u_log", "decay_log", "length"):
+            assert torch.allclose(vk[name], kv[name], rtol=1e-13, atol=0, equal_nan=True), (t, name)
+        S_vk = naive_deltalog_kda_materialize(**vk, state_v_first=True)
+        assert S_vk.shape == (B, HV, K, V) and rel_err(S_vk, naive_deltalog_kda_materialize(**kv)) < 1e-13, t
+    with pytest.raises(ValueError, match=r"base must have shape \(3, 2, 16, 8\) \(\[B, HV, V, K\]: state_v_first\)"):
+        naive_deltalog_kda_decode(*[y[:, :1] for y in (q, k, v, g, beta)], **kv, state_v_first=True)
+
+
+def test_flags_and_non_tensors_refused():
+    """A flag that is not a bool (the string "False" is truthy) or an argument that is not a tensor raises TypeError
+    naming it, before anything is written."""
+    q, k, v, g, beta, S0 = inputs(2, 1, 2, 2, 8, 16)
+    log = empty_log(2, 2, 2, 8, 16, 4)
+    base = S0.clone()
+    snapshot = [base.clone()] + [t.clone() for t in log.values()]
+    for flags in (dict(state_v_first="False"), dict(use_qk_l2norm_in_kernel="False"), dict(state_v_first=None)):
+        with pytest.raises(TypeError, match=f"{next(iter(flags))} must be True or False"):
+            naive_deltalog_kda_decode(q, k, v, g, beta, base, **log, **flags)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor; got list"):
+        naive_deltalog_kda_decode(q.tolist(), k, v, g, beta, base, **log)
+    with pytest.raises(TypeError, match="base must be a torch.Tensor; got NoneType"):
+        naive_deltalog_kda_decode(q, k, v, g, beta, None, **log)
+    for a, b in zip([base, *log.values()], snapshot):  # untouched (the stale slots hold NaN)
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(TypeError, match="state_v_first must be True or False"):
+        naive_deltalog_kda_materialize(base, **log, state_v_first=1)
+    with pytest.raises(TypeError, match="output_final_state must be True or False"):
+        naive_recurrent_kda(q, k, v, g, beta, output_final_state="yes")
+    with pytest.raises(TypeError, match="use_qk_l2norm_in_kernel must be True or False"):
+        naive_recurrent_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=1)
+    with pytest.raises(TypeError, match="initial_state must be a torch.Tensor; got list"):
+        naive_recurrent_kda(q, k, v, g, beta, initial_state=[0.0])

@@ -96,19 +96,19 @@ def run_stepwise(M, v_first, dtype, lengths, B, H, K, V, **options):
     of the decay log) after each step."""
     factor_dtype = torch.float32 if dtype == torch.float32 else dtype  # factors in the activation dtype
     ref = make_state(B, H, K, V, M, lengths, seed=1, factor_dtype=factor_dtype)
+    if v_first:  # the reference in the kernel's layout
+        ref[0] = ref[0].transpose(-1, -2).contiguous()
     ours = [t.clone() for t in ref]
-    if v_first:
-        ours[0] = ours[0].transpose(-1, -2).contiguous()
     u = torch.randn(H, K, generator=torch.Generator().manual_seed(3)).to(dtype)
     ws = deltalog_rwkv6_workspace(B, H, K, M - 1, "cpu").fill_(float("nan"))
     gen = torch.Generator().manual_seed(2)
     for step in range(2 * M + 1):
         x = make_inputs(B, H, K, V, dtype, gen)
         o = fused_deltalog_rwkv6_decode(*x, u, *ours, ws, state_v_first=v_first, **options)
-        o_ref = naive_deltalog_rwkv6_decode(*x, u, *ref)
+        o_ref = naive_deltalog_rwkv6_decode(*x, u, *ref, state_v_first=v_first)
         assert torch.isfinite(o).all(), step
         torch.testing.assert_close(o.float(), o_ref.float(), **OUT_TOL[dtype], msg=f"step {step}")
-        got = [ours[0].transpose(-1, -2) if v_first else ours[0], *ours[1:]]
+        got = ours
         for name, a, b in zip(NAMES, got, ref):
             assert torch.equal(a.isnan(), b.isnan()), f"step {step}: {name} NaN pattern"
             if name == "decay_log":  # its stale slots are the merge's scratch: compare the live ones

@@ -81,3 +81,50 @@ def test_bad_inputs():
         naive_deltalog_rwkv6_decode(r, k, (v * 10).int(), w, u, S0.clone(), **log)
     with pytest.raises(TypeError, match="must share one dtype"):
         naive_deltalog_rwkv6_decode(r, k, v, w, u, S0.clone(), **{**log, "log_decay": log["log_decay"].double()})
+
+
+@pytest.mark.parametrize("M", [1, 4])
+def test_v_first_base_equals_transposed_base(M):
+    """``state_v_first=True`` keeps the base as ``[B, H, V, K]`` (the Triton kernel's layout): the same steps from
+    the transposed base give the same outputs and logs, and a base that stays the transpose of the other one; the
+    materialised state is ``[B, H, K, V]`` either way. K != V, rows mid-log and merging."""
+    B, T, H, K, V = 3, 2 * M + 1, 2, 8, 16
+    r, k, v, w, u, S0 = inputs(B, T, H, K, V, dtype=torch.float64)
+    kv = dict(base=S0.double().clone(), **empty_log(B, H, K, V, M, torch.float64))
+    vk = {name: t.clone() for name, t in kv.items()}
+    vk["base"] = kv["base"].transpose(-1, -2).contiguous()
+    for t in range(T):
+        x = [y[:, t:t + 1] for y in (r, k, v, w)]
+        o_kv = naive_deltalog_rwkv6_decode(*x, u, **kv)
+        o_vk = naive_deltalog_rwkv6_decode(*x, u, **vk, state_v_first=True)
+        assert rel_err(o_vk, o_kv) < 1e-13, t
+        assert rel_err(vk["base"].transpose(-1, -2), kv["base"]) < 1e-13, t
+        for name in ("log_decay", "k_log", "v_log", "decay_log", "length"):
+            assert torch.allclose(vk[name], kv[name], rtol=1e-13, atol=0, equal_nan=True), (t, name)
+        S_vk = naive_deltalog_rwkv6_materialize(**vk, state_v_first=True)
+        assert S_vk.shape == (B, H, K, V) and rel_err(S_vk, naive_deltalog_rwkv6_materialize(**kv)) < 1e-13, t
+    with pytest.raises(ValueError, match=r"base must have shape \(3, 2, 16, 8\) \(\[B, H, V, K\]: state_v_first\)"):
+        naive_deltalog_rwkv6_decode(*[y[:, :1] for y in (r, k, v, w)], u, **kv, state_v_first=True)
+
+
+def test_flags_and_non_tensors_refused():
+    """A flag that is not a bool (the string "False" is truthy) or an argument that is not a tensor raises TypeError
+    naming it, before anything is written."""
+    r, k, v, w, u, S0 = inputs(2, 1, 2, 8, 16)
+    log = empty_log(2, 2, 8, 16, 4)
+    base = S0.clone()
+    snapshot = [base.clone()] + [t.clone() for t in log.values()]
+    with pytest.raises(TypeError, match="state_v_first must be True or False"):
+        naive_deltalog_rwkv6_decode(r, k, v, w, u, base, **log, state_v_first="False")
+    with pytest.raises(TypeError, match="u must be a torch.Tensor; got list"):
+        naive_deltalog_rwkv6_decode(r, k, v, w, u.tolist(), base, **log)
+    with pytest.raises(TypeError, match="length must be a torch.Tensor; got list"):
+        naive_deltalog_rwkv6_decode(r, k, v, w, u, base, **{**log, "length": [0, 0]})
+    for a, b in zip([base, *log.values()], snapshot):  # untouched (the stale slots hold NaN)
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(TypeError, match="state_v_first must be True or False"):
+        naive_deltalog_rwkv6_materialize(base, **log, state_v_first=0)
+    with pytest.raises(TypeError, match="output_final_state must be True or False"):
+        naive_recurrent_rwkv6(r, k, v, w, u, output_final_state="False")
+    with pytest.raises(TypeError, match="initial_state must be a torch.Tensor; got list"):
+        naive_recurrent_rwkv6(r, k, v, w, u, initial_state=[0.0])

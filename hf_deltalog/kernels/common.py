@@ -96,8 +96,18 @@ def check_flags(**flags) -> None:
             raise TypeError(f"{name} must be True or False; got {value!r}")
 
 
+def check_tensors(**tensors) -> None:
+    """Raise ``TypeError`` unless every given argument is a ``torch.Tensor`` (a list or None would otherwise fail later
+    with an ``AttributeError`` that does not name the argument)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+
+
 def check_floating(**tensors: torch.Tensor) -> None:
-    """Raise ``TypeError`` unless every given tensor has a floating dtype (an integer activation would be truncated)."""
+    """Raise ``TypeError`` unless every given argument is a tensor of a floating dtype (an integer activation would be
+    truncated)."""
+    check_tensors(**tensors)
     for name, t in tensors.items():
         if not t.is_floating_point():
             raise TypeError(f"{name} must have a floating dtype (bfloat16, float16, float32 or float64); got {t.dtype}")

@@ -46,10 +46,12 @@ import torch
 from hf_deltalog.kernels.common import (
     LOG_DECAY_FLOOR,
     check_dims,
+    check_flags,
     check_floating,
     check_log_ranks,
     check_same_dtype,
     check_step_buffers,
+    check_tensors,
     later_decay_sums,
     promoted_dtype,
     reference_math,
@@ -73,6 +75,7 @@ def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor) -> None:
+    check_tensors(q=q, k=k, v=v, g=g, beta=beta)
     if q.dim() != 4 or k.shape != q.shape:
         raise ValueError(f"q and k must both be [B, T, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
     B, T, Hk, _ = q.shape
@@ -110,7 +113,9 @@ def naive_recurrent_gated_delta_rule(
         scale: query scale. Default: ``K ** -0.5``.
         initial_state: ``[B, HV, K, V]`` or None (zeros).
         output_final_state: return the final state too.
-        use_qk_l2norm_in_kernel: l2-normalise q and k first (transformers always passes True).
+        use_qk_l2norm_in_kernel: l2-normalise q and k first. Default False, as FLA's
+            ``naive_recurrent_gated_delta_rule``; transformers always passes True, which is the DeltaLog references'
+            and launchers' default.
 
     Returns:
         ``o`` ``[B, T, HV, V]`` in ``q.dtype`` and the final state ``[B, HV, K, V]`` (or None). Arithmetic is fp32,
@@ -118,9 +123,13 @@ def naive_recurrent_gated_delta_rule(
 
     Raises:
         ValueError: on inconsistent shapes or a zero key head size ``K``.
-        TypeError: a non-floating activation.
+        TypeError: a non-tensor or non-floating activation or ``initial_state``, or a flag
+            (``output_final_state``, ``use_qk_l2norm_in_kernel``) that is not a bool.
     """
     _check_heads(q, k, v, g, beta)
+    check_flags(output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    if initial_state is not None:
+        check_floating(initial_state=initial_state)
     B, T, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     G = HV // Hk
@@ -148,6 +157,7 @@ def naive_recurrent_gated_delta_rule(
 
 
 def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first):
+    check_tensors(base=base, log_decay=log_decay, decay_log=decay_log, length=length)
     if Hk == 0 or HV % Hk != 0:
         raise ValueError(f"the value heads HV={HV} (u_log) must be a positive multiple of the key heads Hk={Hk} "
                          "(k_log)")
@@ -219,8 +229,10 @@ def naive_deltalog_gdn_materialize(
         the log buffers (fp32 when all are fp32, fp64 if any is); a new tensor.
 
     Raises:
-        ValueError, TypeError: on inconsistent shapes or dtypes.
+        ValueError, TypeError: on inconsistent shapes or dtypes, a non-tensor buffer, or a ``state_v_first`` that is
+            not a bool.
     """
+    check_flags(state_v_first=state_v_first)
     check_log_ranks(k_log, u_log, "u_log")
     B, Hk, _, K = k_log.shape
     HV, V = u_log.shape[1], u_log.shape[3]
@@ -268,7 +280,9 @@ def naive_deltalog_gdn_decode(
         base, log_decay, k_log, u_log, decay_log, length: the DeltaLog buffers, as in
             :func:`naive_deltalog_gdn_materialize`; mutated in place. ``C = k_log.shape[2]`` (``M = C + 1``).
         scale: query scale. Default: ``K ** -0.5``.
-        use_qk_l2norm_in_kernel: l2-normalise q and k (eps 1e-6) as transformers does.
+        use_qk_l2norm_in_kernel: l2-normalise q and k (eps 1e-6) as transformers does. Default True (what
+            transformers passes), unlike the dense :func:`naive_recurrent_gated_delta_rule`'s False (FLA's default):
+            compare the two with the flag given explicitly.
         state_v_first: ``base`` is ``[B, HV, V, K]``.
 
     Returns:
@@ -278,8 +292,11 @@ def naive_deltalog_gdn_decode(
         ValueError, TypeError: on inconsistent shapes or dtypes, a zero head size, or an in-place buffer that is
             not contiguous or shares memory with another argument (checked before anything is written; the
             shared-memory check is skipped when ``torch.compile`` traces the call, whose tensors have no addresses).
+        TypeError: a non-tensor argument, or a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``) that is not a
+            bool (a string such as ``"False"`` is truthy).
     """
     _check_heads(q, k, v, g, beta)
+    check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first)
     B, T, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if T != 1:

@@ -35,10 +35,12 @@ import torch
 from hf_deltalog.kernels.common import (
     LOG_DECAY_FLOOR,
     check_dims,
+    check_flags,
     check_floating,
     check_log_ranks,
     check_same_dtype,
     check_step_buffers,
+    check_tensors,
     later_decay_sums,
     promoted_dtype,
     reference_math,
@@ -53,6 +55,7 @@ def kda_l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def _check(q, k, v, g, beta):
+    check_tensors(q=q, k=k, v=v, g=g, beta=beta)
     if q.dim() != 4 or k.shape != q.shape:
         raise ValueError(f"q and k must both be [B, T, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
     B, T, Hk, K = q.shape
@@ -88,7 +91,8 @@ def naive_recurrent_kda(
         q, k: ``[B, T, Hk, K]``; v: ``[B, T, HV, V]``; g: ``[B, T, HV, K]`` log-decay per key channel (any float
             dtype; bailing_hybrid hands it in bf16); beta: ``[B, T, HV]``.
         scale: default ``K ** -0.5``. initial_state: ``[B, HV, K, V]`` or None.
-        use_qk_l2norm_in_kernel: l2-normalise q and k first (transformers passes True).
+        use_qk_l2norm_in_kernel: l2-normalise q and k first. Default False, as FLA's ``naive_recurrent_kda``;
+            transformers passes True, which is the DeltaLog reference's and launcher's default.
 
     Returns:
         ``o`` ``[B, T, HV, V]`` in ``q.dtype``, and the final state ``[B, HV, K, V]`` (or None). Arithmetic in fp32,
@@ -96,9 +100,13 @@ def naive_recurrent_kda(
 
     Raises:
         ValueError: on inconsistent shapes or a zero key head size ``K``.
-        TypeError: a non-floating activation.
+        TypeError: a non-tensor or non-floating activation or ``initial_state``, or a flag
+            (``output_final_state``, ``use_qk_l2norm_in_kernel``) that is not a bool.
     """
     B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
+    check_flags(output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    if initial_state is not None:
+        check_floating(initial_state=initial_state)
     G = HV // Hk
     tensors = (q, k, v, g, beta) + (() if initial_state is None else (initial_state,))
     dt = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
@@ -123,13 +131,14 @@ def naive_recurrent_kda(
     return o.to(q.dtype), (S if output_final_state else None)
 
 
-def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V):
+def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first):
+    check_tensors(base=base, log_decay=log_decay, decay_log=decay_log, length=length)
     if Hk == 0 or HV % Hk != 0:
         raise ValueError(f"the value heads HV={HV} (u_log) must be a positive multiple of the key heads Hk={Hk} "
                          "(k_log)")
     C = k_log.shape[2] if k_log.dim() == 4 else -1
     for name, t, shape in (
-        ("base", base, (B, HV, K, V)),
+        ("base", base, (B, HV, V, K) if state_v_first else (B, HV, K, V)),
         ("log_decay", log_decay, (B, HV, K)),
         ("k_log", k_log, (B, Hk, C, K)),
         ("u_log", u_log, (B, HV, C, V)),
@@ -137,7 +146,9 @@ def _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V
         ("length", length, (B,)),
     ):
         if tuple(t.shape) != shape:
-            raise ValueError(f"{name} must have shape {shape} (B, Hk, HV, C, K, V from q/v/k_log); got {tuple(t.shape)}")
+            layout = " ([B, HV, V, K]: state_v_first)" if name == "base" and state_v_first else ""
+            raise ValueError(f"{name} must have shape {shape}{layout} (B, Hk, HV, C, K, V from q/v/k_log); got "
+                             f"{tuple(t.shape)}")
     for name, t in (("base", base), ("log_decay", log_decay), ("k_log", k_log), ("u_log", u_log), ("decay_log", decay_log)):
         if t.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{name} must be float32 (or float64 for references); got {t.dtype}")
@@ -163,27 +174,45 @@ def _replay(extra: torch.Tensor | None, k_log, u_log, decay_log, length, live, G
 
 
 @reference_math
-def naive_deltalog_kda_materialize(base, log_decay, k_log, u_log, decay_log, length) -> torch.Tensor:
+def naive_deltalog_kda_materialize(
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    u_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    state_v_first: bool = False,
+) -> torch.Tensor:
     """Dense logical state ``S = diag(exp(ℓ̄))·base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) K_i U_iᵀ``.
 
     Args:
-        base: ``[B, HV, K, V]`` fp32. log_decay: ``[B, HV, K]`` fp32 ``ℓ̄``. k_log: ``[B, Hk, C, K]`` fp32 normalised
-        keys. u_log: ``[B, HV, C, V]`` fp32 value-side factors. decay_log: ``[B, HV, C, K]`` fp32 own log-decays ``λ_i``.
+        base: ``[B, HV, K, V]`` fp32 (``[B, HV, V, K]`` when ``state_v_first``).
+        log_decay: ``[B, HV, K]`` fp32 cumulative log-decay ``ℓ̄`` per key channel since the last merge.
+        k_log: ``[B, Hk, C, K]`` fp32 normalised keys, one per key head.
+        u_log: ``[B, HV, C, V]`` fp32 value-side factors ``u_i = β_i (v_i − S'ᵀ k̂_i)``.
+        decay_log: ``[B, HV, C, K]`` fp32 own log-decays ``λ_i`` of the step that wrote entry ``i``.
         length: ``[B]`` int32/int64 live entries (``0 ≤ L ≤ C``; a length above ``C`` reads all ``C`` entries and a
-        negative one none, as the decode kernels read them).
+            negative one none, as the decode kernels read them).
+        state_v_first: layout of ``base``.
 
     Returns:
-        ``[B, HV, K, V]`` (a new tensor) in the promoted dtype of the buffers (fp32, or fp64 if any is). Raises
-        ValueError/TypeError on inconsistent shapes or dtypes.
+        ``[B, HV, K, V]`` (transformers' layout, whatever ``state_v_first``; a new tensor) in the promoted dtype of
+        the buffers (fp32, or fp64 if any is).
+
+    Raises:
+        ValueError, TypeError: on inconsistent shapes or dtypes, a non-tensor buffer, or a ``state_v_first`` that is
+            not a bool.
     """
+    check_flags(state_v_first=state_v_first)
     check_log_ranks(k_log, u_log, "u_log")
     B, Hk, _, K = k_log.shape
     HV, V = u_log.shape[1], u_log.shape[3]
-    C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
+    C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
     dt = promoted_dtype(base, log_decay, k_log, u_log, decay_log)
     base, log_decay, k_log, u_log, decay_log = (t.to(dt) for t in (base, log_decay, k_log, u_log, decay_log))
+    base_kv = base.transpose(-1, -2) if state_v_first else base
     decayed, u_live = _replay(None, k_log, u_log, decay_log, length, _live(length, C), HV // Hk)
-    return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, u_live)
+    return log_decay.exp()[..., None] * base_kv + torch.einsum("bhck,bhcv->bhkv", decayed, u_live)
 
 
 @reference_math
@@ -201,6 +230,7 @@ def naive_deltalog_kda_decode(
     length: torch.Tensor,
     scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = True,
+    state_v_first: bool = False,
 ) -> torch.Tensor:
     """One DeltaLog KDA decode step for every row: replay, output, then append (``L < C``) or merge (in place).
 
@@ -210,21 +240,32 @@ def naive_deltalog_kda_decode(
     into the base, ``ℓ̄ ← 0``, ``L ← 0``.
 
     Args:
-        q, k: ``[B, 1, Hk, K]``; v: ``[B, 1, HV, V]``; g: ``[B, 1, HV, K]``; beta: ``[B, 1, HV]``.
+        q, k: ``[B, 1, Hk, K]`` raw queries/keys (bf16, fp16, fp32 or fp64); v: ``[B, 1, HV, V]``;
+            g: ``[B, 1, HV, K]`` log-decay per key channel (any float dtype); beta: ``[B, 1, HV]``.
         base, log_decay, k_log, u_log, decay_log, length: as in :func:`naive_deltalog_kda_materialize`; mutated.
+            ``C = k_log.shape[2]`` (``M = C + 1``).
+        scale: query scale. Default: ``K ** -0.5``.
+        use_qk_l2norm_in_kernel: l2-normalise q and k (eps 1e-6). Default True (what transformers passes), unlike
+            the dense :func:`naive_recurrent_kda`'s False (FLA's default): compare the two with the flag given.
+        state_v_first: ``base`` is ``[B, HV, V, K]``.
 
     Returns:
-        ``o`` ``[B, 1, HV, V]`` in ``q.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes,
-        a zero head size, or an in-place buffer that is not contiguous or shares memory with another argument
-        (checked before anything is written; the shared-memory check is skipped when ``torch.compile`` traces the
-        call, whose tensors have no addresses).
+        ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
+
+    Raises:
+        ValueError, TypeError: on inconsistent shapes or dtypes, a zero head size, or an in-place buffer that is
+            not contiguous or shares memory with another argument (checked before anything is written; the
+            shared-memory check is skipped when ``torch.compile`` traces the call, whose tensors have no addresses).
+        TypeError: a non-tensor argument, or a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``) that is not a
+            bool (a string such as ``"False"`` is truthy).
     """
     B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
+    check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first)
     if T != 1:
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
     check_dims(Hk=Hk, HV=HV, K=K, V=V)
     check_log_ranks(k_log, u_log, "u_log")  # before _check_log reads their sizes
-    C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V)
+    C = _check_log(base, log_decay, k_log, u_log, decay_log, length, B, Hk, HV, K, V, state_v_first)
     check_same_dtype(base=base, log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log)
     check_step_buffers(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
                             decay_log=decay_log, length=length),
@@ -239,21 +280,22 @@ def naive_deltalog_kda_decode(
     q_hv, k_hv = qf.repeat_interleave(G, dim=1), kf.repeat_interleave(G, dim=1)  # [B, HV, K]
     vf, bf = v[:, 0].to(dt), beta[:, 0].to(dt)
 
+    base_kv = base.transpose(-1, -2) if state_v_first else base  # a view: writes reach `base`
     g_now = g[:, 0].to(dt).clamp(min=LOG_DECAY_FLOOR)  # this step's log-decay [B, HV, K] (floor: no change in fp32)
     ell = log_decay + g_now  # ℓ̄'
     a = ell.exp()
     live = _live(length, C)
     decayed, u_live = _replay(g_now, k_log, u_log, decay_log, length, live, G)  # [B, HV, C, K], [B, HV, C, V]
-    Sk = torch.einsum("bhkv,bhk->bhv", base, a * k_hv) + torch.einsum(
+    Sk = torch.einsum("bhkv,bhk->bhv", base_kv, a * k_hv) + torch.einsum(
         "bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, k_hv), u_live)
     u = bf[..., None] * (vf - Sk)
-    Sq = torch.einsum("bhkv,bhk->bhv", base, a * q_hv) + torch.einsum(
+    Sq = torch.einsum("bhkv,bhk->bhv", base_kv, a * q_hv) + torch.einsum(
         "bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, q_hv), u_live)
     o = Sq + (q_hv * k_hv).sum(-1, keepdim=True) * u
 
     merge = length.to(torch.int64) >= C
-    S_t = a[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, u_live) + k_hv[..., None] * u[..., None, :]
-    base.copy_(torch.where(merge[:, None, None, None], S_t, base))
+    S_t = a[..., None] * base_kv + torch.einsum("bhck,bhcv->bhkv", decayed, u_live) + k_hv[..., None] * u[..., None, :]
+    base_kv.copy_(torch.where(merge[:, None, None, None], S_t, base_kv))
     if C > 0:
         slot = (torch.arange(C, device=length.device)[None, :] == length[:, None].to(torch.int64)) & ~merge[:, None]
         k_log.copy_(torch.where(slot[:, None, :, None], kf[:, :, None, :], k_log))

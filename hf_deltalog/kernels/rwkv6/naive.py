@@ -32,10 +32,12 @@ import torch
 from hf_deltalog.kernels.common import (
     LOG_DECAY_FLOOR,
     check_dims,
+    check_flags,
     check_floating,
     check_log_ranks,
     check_same_dtype,
     check_step_buffers,
+    check_tensors,
     later_decay_sums,
     reference_math,
 )
@@ -44,6 +46,7 @@ __all__ = ["naive_deltalog_rwkv6_decode", "naive_deltalog_rwkv6_materialize", "n
 
 
 def _check(r, k, v, w, u):
+    check_tensors(r=r, k=k, v=v, w=w, u=u)
     if r.dim() != 4 or k.shape != r.shape or w.shape != r.shape:
         raise ValueError(f"r, k and w must all be [B, T, H, K]; got r {tuple(r.shape)}, k {tuple(k.shape)}, "
                          f"w {tuple(w.shape)}")
@@ -78,9 +81,12 @@ def naive_recurrent_rwkv6(
     Returns:
         ``o`` ``[B, T, H, V]`` in ``r.dtype`` and the final state ``[B, H, K, V]`` (or None); fp32 arithmetic, fp64
         when any input is fp64. Raises ValueError on inconsistent shapes or a zero key head size ``K``, TypeError on
-        a non-floating input.
+        a non-tensor or non-floating input or an ``output_final_state`` that is not a bool.
     """
     B, T, H, K, V = _check(r, k, v, w, u)
+    check_flags(output_final_state=output_final_state)
+    if initial_state is not None:
+        check_floating(initial_state=initial_state)
     tensors = (r, k, v, w, u) + (() if initial_state is None else (initial_state,))
     dt = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
     scale = K**-0.5 if scale is None else scale
@@ -100,13 +106,16 @@ def naive_recurrent_rwkv6(
     return o.to(r.dtype), (S if output_final_state else None)
 
 
-def _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V):
+def _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V, state_v_first):
+    check_tensors(base=base, log_decay=log_decay, decay_log=decay_log, length=length)
     C = k_log.shape[2] if k_log.dim() == 4 else -1
-    for name, t, shape in (("base", base, (B, H, K, V)), ("log_decay", log_decay, (B, H, K)),
+    for name, t, shape in (("base", base, (B, H, V, K) if state_v_first else (B, H, K, V)), ("log_decay", log_decay, (B, H, K)),
                            ("k_log", k_log, (B, H, C, K)), ("v_log", v_log, (B, H, C, V)),
                            ("decay_log", decay_log, (B, H, C, K)), ("length", length, (B,))):
         if tuple(t.shape) != shape:
-            raise ValueError(f"{name} must have shape {shape} (B, H, C, K, V from r/v/k_log); got {tuple(t.shape)}")
+            layout = " ([B, H, V, K]: state_v_first)" if name == "base" and state_v_first else ""
+            raise ValueError(f"{name} must have shape {shape}{layout} (B, H, C, K, V from r/v/k_log); got "
+                             f"{tuple(t.shape)}")
     for name, t in (("base", base), ("log_decay", log_decay), ("decay_log", decay_log)):
         if t.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{name} must be float32 (or float64 for references); got {t.dtype}")
@@ -143,23 +152,41 @@ def _replay(extra, k_log, v_log, decay_log, length, dt):
 
 
 @reference_math
-def naive_deltalog_rwkv6_materialize(base, log_decay, k_log, v_log, decay_log, length) -> torch.Tensor:
+def naive_deltalog_rwkv6_materialize(
+    base: torch.Tensor,
+    log_decay: torch.Tensor,
+    k_log: torch.Tensor,
+    v_log: torch.Tensor,
+    decay_log: torch.Tensor,
+    length: torch.Tensor,
+    state_v_first: bool = False,
+) -> torch.Tensor:
     """Dense logical state ``S = diag(exp(ℓ̄))·base + Σ_{i<L} diag(exp(ℓ̄ − Λ_i)) k_i v_iᵀ`` ``[B, H, K, V]``.
 
     Args:
-        base: ``[B, H, K, V]`` fp32; log_decay: ``[B, H, K]`` fp32; k_log: ``[B, H, C, K]`` and v_log: ``[B, H, C, V]``
-        raw factors (any float dtype); decay_log: ``[B, H, C, K]`` fp32 own log-decays ``λ_i``; length: ``[B]``
-        int32/int64 (``0 ≤ L ≤ C``; a length above ``C`` reads all ``C`` entries and a negative one none, as the
-        decode kernels read them).
+        base: ``[B, H, K, V]`` fp32 (``[B, H, V, K]`` when ``state_v_first``).
+        log_decay: ``[B, H, K]`` fp32 cumulative log-decay ``ℓ̄`` per key channel since the last merge.
+        k_log, v_log: ``[B, H, C, K]`` and ``[B, H, C, V]`` raw factors ``k_i``, ``v_i`` (any float dtype).
+        decay_log: ``[B, H, C, K]`` fp32 own log-decays ``λ_i``.
+        length: ``[B]`` int32/int64 (``0 ≤ L ≤ C``; a length above ``C`` reads all ``C`` entries and a negative one
+            none, as the decode kernels read them).
+        state_v_first: layout of ``base``.
 
-    Returns a new tensor in ``base.dtype``. Raises ValueError/TypeError on inconsistent shapes or dtypes.
+    Returns:
+        ``[B, H, K, V]`` (FLA's RWKV6 layout, whatever ``state_v_first``; a new tensor) in ``base.dtype``.
+
+    Raises:
+        ValueError, TypeError: on inconsistent shapes or dtypes, a non-tensor buffer, or a ``state_v_first`` that is
+            not a bool.
     """
+    check_flags(state_v_first=state_v_first)
     check_log_ranks(k_log, v_log, "v_log", "H", "H")
     B, H, _, K = k_log.shape
     V = v_log.shape[3]
-    _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V)
+    _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V, state_v_first)
+    base_kv = base.transpose(-1, -2) if state_v_first else base
     decayed, v_live = _replay(None, k_log, v_log, decay_log, length, base.dtype)
-    return log_decay.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed, v_live)
+    return log_decay.exp()[..., None] * base_kv + torch.einsum("bhck,bhcv->bhkv", decayed, v_live)
 
 
 @reference_math
@@ -176,26 +203,30 @@ def naive_deltalog_rwkv6_decode(
     decay_log: torch.Tensor,
     length: torch.Tensor,
     scale: float | None = None,
+    state_v_first: bool = False,
 ) -> torch.Tensor:
     """One DeltaLog RWKV6 decode step for every row: read ``S_{t-1}``, output, then append or merge (in place).
 
     Args:
         r, k, w: ``[B, 1, H, K]``; v: ``[B, 1, H, V]``; u: ``[H, K]``; the buffers as in
-        :func:`naive_deltalog_rwkv6_materialize` (mutated). scale: default ``K ** -0.5``.
+        :func:`naive_deltalog_rwkv6_materialize` (mutated). scale: default ``K ** -0.5``. state_v_first: ``base``
+        is ``[B, H, V, K]``.
 
     Returns ``o`` ``[B, 1, H, V]`` in ``r.dtype``. Raises ValueError/TypeError on inconsistent shapes or
     dtypes, a key or value log in a dtype that would round its activation's values (:func:`check_log_dtypes`:
     it must be the activation's dtype, float32 or float64; a float32 log is taken for float64 activations, as
     the caches keep fp32 state for a float64 model), a zero head size, or an in-place buffer that is not contiguous
     or shares memory with another argument (checked before anything is written; the shared-memory check is skipped
-    when ``torch.compile`` traces the call, whose tensors have no addresses).
+    when ``torch.compile`` traces the call, whose tensors have no addresses); TypeError on a non-tensor argument or a
+    ``state_v_first`` that is not a bool.
     """
     B, T, H, K, V = _check(r, k, v, w, u)
+    check_flags(state_v_first=state_v_first)
     if T != 1:
         raise ValueError(f"DeltaLog decode takes one token per row (T = 1); got T = {T}")
     check_dims(H=H, K=K, V=V)
     check_log_ranks(k_log, v_log, "v_log", "H", "H")  # before _check_log reads their sizes
-    C = _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V)
+    C = _check_log(base, log_decay, k_log, v_log, decay_log, length, B, H, K, V, state_v_first)
     check_log_dtypes(k, v, k_log, v_log)
     check_same_dtype(base=base, log_decay=log_decay, decay_log=decay_log)
     check_step_buffers(dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
@@ -205,8 +236,9 @@ def naive_deltalog_rwkv6_decode(
     scale = K**-0.5 if scale is None else scale
     rf, kf, vf, wf = (x[:, 0].to(dt) for x in (r, k, v, w))
     rf = rf * scale
+    base_kv = base.transpose(-1, -2) if state_v_first else base  # a view: writes reach `base`
     decayed, v_live = _replay(None, k_log, v_log, decay_log, length, dt)
-    o = (torch.einsum("bhkv,bhk->bhv", base, log_decay.exp() * rf)
+    o = (torch.einsum("bhkv,bhk->bhv", base_kv, log_decay.exp() * rf)
          + torch.einsum("bhc,bhcv->bhv", torch.einsum("bhck,bhk->bhc", decayed, rf), v_live)
          + (rf * u.to(dt)[None] * kf).sum(-1, keepdim=True) * vf)
 
@@ -215,8 +247,9 @@ def naive_deltalog_rwkv6_decode(
     merge = length.to(torch.int64) >= C
     # S_t = diag(exp(w)) S_{t-1} + k vᵀ = diag(exp(ℓ̄')) base + Σ_i diag(exp(ℓ̄' − Λ_i)) k_i v_iᵀ + k vᵀ
     decayed_now, _ = _replay(w_now, k_log, v_log, decay_log, length, dt)
-    S_t = ell.exp()[..., None] * base + torch.einsum("bhck,bhcv->bhkv", decayed_now, v_live) + kf[..., None] * vf[..., None, :]
-    base.copy_(torch.where(merge[:, None, None, None], S_t, base))
+    S_t = (ell.exp()[..., None] * base_kv + torch.einsum("bhck,bhcv->bhkv", decayed_now, v_live)
+           + kf[..., None] * vf[..., None, :])
+    base_kv.copy_(torch.where(merge[:, None, None, None], S_t, base_kv))
     if C > 0:
         slot = (torch.arange(C, device=length.device)[None, :] == length[:, None].to(torch.int64)) & ~merge[:, None]
         k_log.copy_(torch.where(slot[:, None, :, None], k[:, 0, :, None, :].to(k_log.dtype), k_log))
