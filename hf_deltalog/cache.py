@@ -715,11 +715,11 @@ class DeltaLogLayer(LinearAttentionLayer):
             # bool(): the launchers take only bools; the model's own kernels read the flag by truth value
             o = kernel(query, key, value, g, beta, *buffers, self.workspace,
                        use_qk_l2norm_in_kernel=bool(use_qk_l2norm), state_v_first=self.state_v_first)
-        elif self.spec.operator == "kda":
-            o = naive_deltalog_kda_decode(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=use_qk_l2norm)
         else:
-            o = naive_deltalog_gdn_decode(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=use_qk_l2norm,
-                                          state_v_first=self.state_v_first)
+            # bool(): the references, like the launchers, take only bools
+            reference = naive_deltalog_kda_decode if self.spec.operator == "kda" else naive_deltalog_gdn_decode
+            o = reference(query, key, value, g, beta, *buffers, use_qk_l2norm_in_kernel=bool(use_qk_l2norm),
+                          state_v_first=self.state_v_first)
         return o, self.handle
 
     def materialize(self) -> torch.Tensor:
@@ -730,12 +730,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         """
         if self.base is None or not self.has_previous_state[0]:
             raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
-        if self.spec.operator == "kda":
-            base = self.base.transpose(-1, -2) if self.state_v_first else self.base
-            return naive_deltalog_kda_materialize(base, self.log_decay, self.k_log, self.u_log, self.decay_log,
-                                                  self.length)
-        return naive_deltalog_gdn_materialize(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log,
-                                              self.length, state_v_first=self.state_v_first)
+        reference = naive_deltalog_kda_materialize if self.spec.operator == "kda" else naive_deltalog_gdn_materialize
+        return reference(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
+                         state_v_first=self.state_v_first)
 
     # ------------------------------------------------------------------ batch-dim operations
     def _map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor], in_place: bool) -> None:
@@ -1140,6 +1137,8 @@ class DeltaLogCache(DynamicCache):
     Args:
         model_or_config: the model (or a module wrapping it that exposes ``.config``: a PEFT ``PeftModel``,
             ``torch.compile(model)``), or its config (a wrapper config resolves to its text config).
+        config: the config, as a keyword (transformers' ``DynamicCache(config=model.config)`` spelling); give it or
+            ``model_or_config``, not both.
         merge_interval: ``M ≥ 1``. ``M = 1`` is eager dense decoding. Default (None): the family's (8 for GDN, 4 for
             KDA), except
             that on the Triton backend a layer whose fp32 state is under :data:`DENSE_BELOW_STATE_BYTES` (GDN 64 MiB:
@@ -1168,7 +1167,8 @@ class DeltaLogCache(DynamicCache):
             ``B ≥ M`` rows always holds a row that has just merged.
 
     Raises:
-        TypeError: not a model/config, a non-integer ``merge_interval``, a non-bool ``static`` or ``crop_ring``, a
+        TypeError: not a model/config (or neither or both of ``model_or_config`` and ``config``), a non-integer
+            ``merge_interval``, a non-bool ``static`` or ``crop_ring``, a
             ``stagger_merges`` other than True or False, in static mode a ``max_cache_len`` that is neither None nor an
             integer (a bool or a float is not; a numpy integer is).
         ValueError: a model without a supported linear-attention layer, ``merge_interval`` outside [1, 1024], an
@@ -1180,9 +1180,10 @@ class DeltaLogCache(DynamicCache):
     def __new__(cls, model_or_config: Any = None, *args: Any, **kwargs: Any):
         # flash-linear-attention's own model classes (fla.models) only take a cache of FLA's Cache class: for them
         # DeltaLogCache(model) builds hf_deltalog.fla_cache.FLADeltaLogCache (same arguments, same user call).
-        if cls is DeltaLogCache and model_or_config is not None:
+        if cls is DeltaLogCache and (model_or_config is not None or kwargs.get("config") is not None):
             from hf_deltalog.patches.fla import fla_family_of
 
+            model_or_config = _model_or_config(model_or_config, kwargs.pop("config", None))
             if fla_family_of(model_or_config) is not None:
                 from hf_deltalog.fla_cache import FLADeltaLogCache
 
@@ -1199,10 +1200,10 @@ class DeltaLogCache(DynamicCache):
                 return FLADeltaLogCache(model_or_config, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
-                 static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False,
+    def __init__(self, model_or_config: Any = None, merge_interval: int | None = None, backend: str = "auto", *,
+                 config: Any = None, static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False,
                  stagger_merges: bool = False):
-        config = _config_of(model_or_config).get_text_config(decoder=True)
+        config = _config_of(_model_or_config(model_or_config, config)).get_text_config(decoder=True)
         model_type = getattr(config, "model_type", None)
         try:
             spec = _resolve(model_type)
@@ -1270,6 +1271,7 @@ class DeltaLogCache(DynamicCache):
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         self._stopped_generate: str | None = None  # see note_stopped_generate
+        self._generate_running = False  # a generate call on it has started and not ended: see _check_continuation
         self._order = StepOrder()  # dynamic mode: where the model's forward is (see _begin_layer_step)
         # The layers' kinds, fixed from here on: the per-forward check walks these lists
         self._linear_layers = [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
@@ -1823,6 +1825,7 @@ class DeltaLogCache(DynamicCache):
         self._ledger = None
         self._after_beams = False
         self._stopped_generate = None
+        self._generate_running = False
         self._status.broken = None
         self._order = StepOrder()
 
@@ -1910,7 +1913,8 @@ class DeltaLogCache(DynamicCache):
                 "an attention layer), so the whole conversation would be consumed twice. Pass only the new tokens, "
                 f"with an attention mask over the {held} cached and the new ones"
             )
-        _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
+        _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask,
+                            getattr(self, "_generate_running", False))
         return held
 
     def _check_consistent(self, held: int, host_only: bool = False) -> None:
@@ -1963,11 +1967,26 @@ class DeltaLogCache(DynamicCache):
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one. After a
         beam search (``beams``) the rows are the beams in the search's last order, not the returned sequences: the
         cache is then marked as not continuable (until ``reset()``)."""
+        self._generate_running = False
         self._after_beams = bool(beams)
         self._stopped_generate = None
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         # None after a beam search, whose rows are not the returned sequences: nothing to check later
         self._ledger = consumed_ledger(self._ledger, sequences, self.batch_size, int(self.get_seq_length()))
+
+
+def _model_or_config(model_or_config: Any, config: Any) -> Any:
+    """The one source a DeltaLogCache is built from: ``model_or_config`` (positional) or ``config=`` (keyword, as
+    transformers' caches take it). Raises TypeError for neither or both."""
+    if config is None:
+        if model_or_config is None:
+            raise TypeError("DeltaLogCache needs the model or its config: DeltaLogCache(model), "
+                            "DeltaLogCache(model.config) or DeltaLogCache(config=model.config)")
+        return model_or_config
+    if model_or_config is not None:
+        raise TypeError("DeltaLogCache got both a model_or_config and config=; pass one of them (the model or its "
+                        "config)")
+    return config
 
 
 class _InitSignature:
@@ -2110,6 +2129,7 @@ def note_stopped_generate(cache: Any, error: BaseException, held_before: int) ->
     record of consumed tokens is dropped and the next ``generate`` on it is refused until ``reset()``
     (:func:`_check_held_rows_continue`). A call stopped before the cache changed (e.g. an invalid argument) leaves it
     as it was. Shared by :class:`DeltaLogCache` and the FLA cache."""
+    cache._generate_running = False
     try:
         held = int(cache.get_seq_length())
     except Exception:  # noqa: BLE001 - a cache left in a state it cannot report counts as changed
@@ -2191,11 +2211,15 @@ def consumed_ledger(ledger: torch.Tensor | None, sequences: torch.Tensor | None,
 
 
 def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor | None) -> None:
+                        attention_mask: torch.Tensor | None, copied_mid_generate: bool = False) -> None:
     """Raise ValueError unless ``input_ids`` ``[B, T]`` (with ``attention_mask``) continue a cache holding ``held``
     tokens of ``rows`` rows (-1: unknown) whose consumed tokens are ``ledger`` ``[rows, held]`` (None: unknown): the
     same rows, and either the whole conversation (ids starting with the consumed tokens) or only the new tokens with a
-    mask over cached and new ones. Shared by :class:`DeltaLogCache` and the FLA cache."""
+    mask over cached and new ones. ``copied_mid_generate``: the cache carries the mark of a generate call that started
+    and never ended on it, i.e. it is a copy (``copy.deepcopy``, pickle, ``torch.save``) taken while a call ran on the
+    original (in a stopping criterion, a streamer, a logits processor): its record of consumed tokens stops before that
+    call's tokens, so the whole conversation cannot be checked and only the new-tokens form is taken. Shared by
+    :class:`DeltaLogCache` and the FLA cache."""
     if rows not in (-1, input_ids.shape[0]):
         raise ValueError(
             f"this DeltaLogCache holds {rows} rows but generate was given {input_ids.shape[0]}: it cannot continue "
@@ -2208,6 +2232,13 @@ def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input
                 f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
             )
         return  # only the new tokens were passed (transformers' convention)
+    if copied_mid_generate:
+        raise ValueError(
+            f"this cache was copied (copy.deepcopy, pickle or torch.save) while a generate call was running on it: it "
+            f"holds {held} tokens per row, the last of which that call had not returned yet, so the conversation given "
+            "now cannot be checked against them. Continue it with only the new tokens and an attention mask over the "
+            f"{held} cached and the new ones, or call cache.reset() and generate from the whole conversation"
+        )
     if input_ids.shape[1] <= held:
         raise ValueError(
             f"this DeltaLogCache already holds {held} tokens; continuing it takes the whole conversation (those "

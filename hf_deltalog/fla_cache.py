@@ -343,12 +343,9 @@ class FLADeltaLogLayer(FLALayer):
             raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
         want_v_first = self.spec.state_v_first if state_v_first is None else state_v_first
         log = (self.log_decay, self.k_log, self.u_log, self.decay_log, self.length)
-        if self.spec.operator == "gdn":
-            dense = naive_deltalog_gdn_materialize(self.base, *log, state_v_first=self.state_v_first)
-        else:
-            base = self.base.transpose(-1, -2) if self.state_v_first else self.base
-            fn = naive_deltalog_kda_materialize if self.spec.operator == "kda" else naive_deltalog_rwkv6_materialize
-            dense = fn(base, *log)  # [B, HV, K, V]
+        fn = {"gdn": naive_deltalog_gdn_materialize, "kda": naive_deltalog_kda_materialize,
+              "rwkv6": naive_deltalog_rwkv6_materialize}[self.spec.operator]
+        dense = fn(self.base, *log, state_v_first=self.state_v_first)  # [B, HV, K, V]
         return (dense.transpose(-1, -2) if want_v_first else dense).contiguous()
 
     # ------------------------------------------------------------------ the kernel call
@@ -437,7 +434,8 @@ class FLADeltaLogLayer(FLALayer):
             if self.backend == "triton":
                 return _triton_decoder("rwkv6")[0](r, k, v, w.contiguous(), u.contiguous(), *buffers, self.workspace,
                                                    scale=a.get("scale"), state_v_first=self.state_v_first)
-            return naive_deltalog_rwkv6_decode(r, k, v, w, u, *buffers, scale=a.get("scale"))
+            return naive_deltalog_rwkv6_decode(r, k, v, w, u, *buffers, scale=a.get("scale"),
+                                               state_v_first=self.state_v_first)
         q, k, v = x["q"], x["k"], x["v"]
         g, beta = _gates(spec.operator, a, per_row(a["g"]) if a.get("g") is not None else None,
                          per_row(a["beta"]) if a.get("beta") is not None else None, v)
@@ -447,7 +445,7 @@ class FLADeltaLogLayer(FLALayer):
                                                      use_qk_l2norm_in_kernel=l2, state_v_first=self.state_v_first)
         if spec.operator == "kda":
             return naive_deltalog_kda_decode(q, k, v, g, beta, *buffers, scale=a.get("scale"),
-                                             use_qk_l2norm_in_kernel=l2)
+                                             use_qk_l2norm_in_kernel=l2, state_v_first=self.state_v_first)
         return naive_deltalog_gdn_decode(q, k, v, g, beta, *buffers, scale=a.get("scale"), use_qk_l2norm_in_kernel=l2,
                                          state_v_first=self.state_v_first)
 
@@ -610,6 +608,7 @@ class FLADeltaLogCache(FLACache):
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         self._stopped_generate: str | None = None  # see hf_deltalog.cache.note_stopped_generate
+        self._generate_running = False  # see hf_deltalog.cache._check_continuation
         # Layers a forward entered and did not finish: entered at FLA's step read of their state dict (a decode step:
         # FLA's layers then move their conv window in place) or at their first store, finished at their last store of
         # the step (the recurrent or attention state; RWKV6: the FFN's token-shift state after it).
@@ -899,6 +898,7 @@ class FLADeltaLogCache(FLACache):
         self._ledger = None
         self._after_beams = False
         self._stopped_generate = None
+        self._generate_running = False
         self._shared.status.broken = None
         self._shared.cu_seqlens = None
         self._inside.clear()
@@ -938,7 +938,8 @@ class FLADeltaLogCache(FLACache):
         _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate)
         if input_ids is None:
             return held
-        _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask)
+        _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask,
+                            getattr(self, "_generate_running", False))
         return held
 
     def _generate_through(self, upstream: Callable, model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -950,6 +951,7 @@ class FLADeltaLogCache(FLACache):
     def _after_generate(self, output: Any, beams: bool = False) -> None:
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one (after a
         beam search nothing, and the cache is marked as not continuable until ``reset()``)."""
+        self._generate_running = False
         self._after_beams = bool(beams)
         self._stopped_generate = None
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)

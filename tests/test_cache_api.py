@@ -1,6 +1,7 @@
 """DeltaLogCache's Cache API: lifecycle, batch operations, crop, lengths, memory, and errors on bad input."""
 
 import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -32,6 +33,22 @@ def decode(model, cache, first, steps):
 
 
 # ---------------------------------------------------------------------------------------------- construction
+def test_built_from_config_keyword_as_transformers_caches_are():
+    """``DynamicCache(config=model.config)`` is transformers' spelling; ``DeltaLogCache(config=...)`` failed with a bare
+    "unexpected keyword argument" (68th review). It builds the same cache; neither or both sources: TypeError."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(config=model.config, merge_interval=2)
+    assert cache.merge_interval == 2 and type(cache.layers[0]).__name__ == "DeltaLogLayer"
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=4, do_sample=False),
+                           model.generate(ids, max_new_tokens=4, do_sample=False))
+    with pytest.raises(TypeError, match=r"needs the model or its config: DeltaLogCache\(model\)"):
+        DeltaLogCache()
+    with pytest.raises(TypeError, match="got both a model_or_config and config="):
+        DeltaLogCache(model, config=model.config)
+
+
 def test_built_from_model_config_or_wrapper_config():
     model = tiny_model("qwen3_5")
     for source in (model, model.config):
@@ -476,6 +493,54 @@ def test_generate_stopped_by_an_exception_is_not_continued_silently(family):
         cache.reset()
         assert torch.equal(model.generate(other, cache=cache, max_new_tokens=5, **kw),
                            model.generate(other, max_new_tokens=5, **kw))
+
+
+class _CopyAt(StoppingCriteria):
+    """Copies the cache (``copy.deepcopy`` or a pickle round trip) and the ids so far at its ``at``-th call."""
+
+    def __init__(self, cache, at: int, how: str):
+        self.cache, self.at, self.how, self.calls, self.copy = cache, at, how, 0, None
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            cache = copy.deepcopy(self.cache) if self.how == "deepcopy" else pickle.loads(pickle.dumps(self.cache))
+            self.copy = (cache, input_ids.clone())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_taken_during_generate_is_not_continued_silently(how):
+    """A copy of the cache taken inside generate (a stopping criterion, a streamer) holds the tokens the running call
+    had fed it, which its record of consumed tokens did not cover: continuing the copy with the whole conversation,
+    one consumed token edited, decoded from the wrong state without an error (found by the 68th review). That form is
+    now refused for such a copy; the new-tokens form with a mask continues it exactly, and the original, whose call
+    ended, stays continuable with the whole conversation."""
+    model = tiny_model("qwen3_5")
+    cache, kw = DeltaLogCache(model), dict(do_sample=False, eos_token_id=None)
+    snap = _CopyAt(cache, 3, how)
+    with torch.no_grad():
+        out = model.generate(prompt_ids(2, 7), cache=cache, max_new_tokens=8, stopping_criteria=[snap], **kw)
+        copied, seen = snap.copy
+        held = int(copied.get_seq_length())
+        assert held == seen.shape[1] - 1 == 9  # the prompt and two generated tokens went through the copy
+        edited = seen.clone()
+        edited[:, held - 1] = (edited[:, held - 1] + 1) % 96  # a token the copy consumed
+        for ids in (edited, seen):  # edited or not: the copy cannot tell, so the whole conversation is refused
+            with pytest.raises(ValueError, match=rf"copied \(copy.deepcopy, pickle or torch.save\) while a generate "
+                                                 rf"call was running on it: it holds {held} tokens per row"):
+                model.generate(ids, cache=copied, max_new_tokens=3, **kw)
+        assert int(copied.get_seq_length()) == held  # nothing consumed by the refused calls
+        new = seen[:, held:]
+        mask = torch.ones(seen.shape[0], held + new.shape[1], dtype=torch.long)
+        cont = model.generate(new, attention_mask=mask, cache=copied, max_new_tokens=3, **kw)
+        assert torch.equal(cont[:, new.shape[1]:], model.generate(seen, max_new_tokens=3, **kw)[:, seen.shape[1]:])
+        more = torch.cat([out, prompt_ids(2, 2, seed=4)], 1)  # the original: its own conversation goes on
+        assert torch.equal(model.generate(more, cache=cache, max_new_tokens=3, **kw),
+                           model.generate(more, max_new_tokens=3, **kw))
+        copied.reset()  # after reset() the copy serves any prompt
+        assert torch.equal(model.generate(edited, cache=copied, max_new_tokens=3, **kw),
+                           model.generate(edited, max_new_tokens=3, **kw))
 
 
 def test_static_batch_size_mismatch_with_an_attention_layer_first():

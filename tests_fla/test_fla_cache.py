@@ -347,6 +347,10 @@ def test_unbound_handle_raises_clearly(family):
 def test_construction_errors():
     model = tiny_model("kda", layers=1)
     assert isinstance(DeltaLogCache(model.config), FLADeltaLogCache)  # a config works too
+    keyword = DeltaLogCache(config=model.config, merge_interval=3)  # transformers' DynamicCache(config=...) spelling
+    assert isinstance(keyword, FLADeltaLogCache) and keyword.merge_interval == 3
+    with pytest.raises(TypeError, match="got both a model_or_config and config="):
+        DeltaLogCache(model, config=model.config)
     assert DeltaLogCache(model).merge_interval == 4 and DeltaLogCache(model, merge_interval=5).merge_interval == 5
     with pytest.raises(ValueError, match="merge_interval"):
         DeltaLogCache(model, merge_interval=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import pytest
@@ -285,6 +286,42 @@ def test_a_generate_stopped_between_steps_is_not_continued_silently(family):
         generate_ours(model, other, cache, max_new_tokens=2, do_sample=False)
     assert cache.get_seq_length() == held
     assert_matches_fla_after_reset(model, other, cache)
+
+
+class _CopyingStreamer(BaseStreamer):
+    """A streamer that deep-copies the cache at its third ``put`` (the prompt, then one per generated token)."""
+
+    def __init__(self, cache):
+        self.cache, self.puts, self.copy = cache, 0, None
+
+    def put(self, value):
+        self.puts += 1
+        if self.puts == 3:
+            self.copy = copy.deepcopy(self.cache)
+
+    def end(self):
+        pass
+
+
+def test_a_copy_taken_during_generate_is_not_continued_silently():
+    """A copy of the cache taken inside generate holds tokens its record of consumed ids does not cover (found by the
+    68th review on transformers' models: a consumed token edited in the continuation decoded from the wrong state
+    without an error). The whole-conversation form is refused for such a copy; the new-tokens form continues it."""
+    model = tiny_model("gated_deltanet", layers=1)
+    cache = DeltaLogCache(model, merge_interval=3)
+    streamer = _CopyingStreamer(cache)
+    out = generate_ours(model, prompt_ids(1, 4, seed=8), cache, max_new_tokens=5, do_sample=False, streamer=streamer)
+    copied = streamer.copy
+    held = copied.get_seq_length()
+    assert held == 5  # the prompt and the first generated token
+    with pytest.raises(ValueError, match=rf"copied .* while a generate call was running on it: it holds {held} tokens"):
+        generate_ours(model, out[:, :held + 1], copied, max_new_tokens=2, do_sample=False)
+    assert copied.get_seq_length() == held
+    new = out[:, held:held + 1]
+    cont = generate_ours(model, new, copied, attention_mask=torch.ones(1, held + 1, dtype=torch.long),
+                         max_new_tokens=2, do_sample=False)
+    ref, _ = generate_ref(model, out[:, :held + 1], max_new_tokens=2, do_sample=False)
+    assert torch.equal(cont[:, 1:], ref[:, held + 1:])
 
 
 def test_a_turn_of_only_new_tokens_keeps_the_consumed_ids_for_the_next_turn():

@@ -286,6 +286,8 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
             new_tokens = _new_tokens(self, option, passed, extra, fed_tokens, ids_tokens)
             check_room(held, fed_tokens, attention_mask, new_tokens)
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
+        # Cleared when the call returns or raises: a copy of the cache taken while it runs keeps the mark
+        cache._generate_running = True
         try:
             out = run(upstream, self, *args, **kwargs) if run else upstream(self, *args, **kwargs)
         except BaseException as error:  # an interrupt, or an error raised by a streamer or a stopping criterion
