@@ -54,8 +54,9 @@ def _train_tiny():
 def _fp64_recurrence(r, k, v, w, u, scale=1.0, initial_state=None, output_final_state=False, cu_seqlens=None, **kw):
     if cu_seqlens is not None:
         raise NotImplementedError("cu_seqlens")
+    # bool(): FLA's layer passes its use_cache (None possible); the reference takes only bools
     return naive_recurrent_rwkv6(r, k, v, w, u, scale=scale, initial_state=initial_state,
-                                 output_final_state=output_final_state)
+                                 output_final_state=bool(output_final_state))
 
 
 def full_forward_ll(model, ctx: list[int], cont: list[int]) -> float:
