@@ -259,20 +259,39 @@ class DeltaLogState:
             f"a tensor; cache.materialize({idx}) gives the dense [B, HV, K, V] fp32 state it stands for")
 
     def recurrent(self, upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm, kwargs):
+        """Called by the patched recurrences: one decode step on the layer's buffers, or ``upstream`` on the dense
+        state for several tokens (:meth:`DeltaLogLayer._recurrent`). Returns ``(o, state)`` as the upstream function."""
         return self.layer._recurrent(upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm,
                                      kwargs)
 
     def dense_for(self, spec: FamilySpec, query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """The dense ``[B, HV, K, V]`` fp32 state for an upstream function that needs one (after checking that the
+        call belongs to this layer: ValueError otherwise)."""
         self.layer._check_call(spec, query, value)
         return self.layer.materialize()
 
     def to(self, *args: Any, **kwargs: Any) -> DeltaLogState:
         """``.to(dtype)`` is the identity (KDA layers call ``.to(torch.float32)`` on the state the kernel returns; ours
         is fp32). ``.to(tensor)`` is what an upstream recurrence does with its initial state: it means the state
-        reached a recurrence hf_deltalog has not bound, which is an error."""
+        reached a recurrence hf_deltalog has not bound, which is an error that locks the cache until ``reset()`` (that
+        forward stopped part-way). Anything else (a device: user code taking the handle for a tensor) raises
+        TypeError and changes nothing.
+
+        Raises:
+            RuntimeError: ``.to(tensor)``, as above.
+            TypeError: ``.to(device)`` and other calls without a tensor; the message names ``cache.materialize``.
+        """
+        tensor = any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values()))
         dtypes = [a for a in (*args, kwargs.get("dtype")) if isinstance(a, torch.dtype)]
-        if dtypes and not any(isinstance(a, torch.Tensor) for a in args):
-            return self
+        devices = [a for a in (*args, kwargs.get("device")) if isinstance(a, (str, torch.device, int))
+                   and not isinstance(a, bool)]
+        if not tensor:
+            if dtypes and not devices:
+                return self
+            raise TypeError(
+                f"a DeltaLogState is a handle, not a tensor: .to({', '.join(map(repr, args))}) cannot move it; "
+                f"cache.materialize({self.layer.layer_idx}) gives the dense [B, HV, K, V] fp32 state it stands for "
+                "(a new tensor, which .to() moves)")
         self.layer.status.broken = ("was left inconsistent by a forward that stopped part-way: its state reached a "
                                     "recurrence that hf_deltalog has not bound")
         if type(self) is not globals()["DeltaLogState"]:  # this module was reloaded since (autoreload)
@@ -473,6 +492,7 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     @property
     def batch_size(self) -> int:
+        """Rows the layer holds (``B`` of its base), -1 before its first prefill."""
         return -1 if self.base is None else self.base.shape[0]
 
     @property
@@ -582,8 +602,14 @@ class DeltaLogLayer(LinearAttentionLayer):
             self._pending = 0
             self._in_step = False
             return self.handle
-        if not isinstance(recurrent_states, torch.Tensor):
-            raise TypeError(f"recurrent state must be a tensor or a DeltaLogState; got {type(recurrent_states)}")
+        if not isinstance(recurrent_states, torch.Tensor) or not recurrent_states.is_floating_point():
+            got = recurrent_states.dtype if isinstance(recurrent_states, torch.Tensor) else type(recurrent_states)
+            raise TypeError(f"recurrent state must be a floating tensor or a DeltaLogState; got {got}")
+        conv = self.conv_states[0]
+        if self.has_previous_state[0] and conv is not None and conv.shape[0] != recurrent_states.shape[0]:
+            # the model stores the conv window first, with the forward's rows: a state of other rows is not its own
+            raise ValueError(f"layer {self.layer_idx} holds {conv.shape[0]} rows but was handed a recurrent state of "
+                             f"{recurrent_states.shape[0]}; call cache.reset() before a batch of another size")
         expected = (self.num_v_heads, self.k_head_dim, self.v_head_dim)
         if recurrent_states.dim() != 4 or tuple(recurrent_states.shape[1:]) != expected:
             raise self.status.reject(
@@ -723,7 +749,8 @@ class DeltaLogLayer(LinearAttentionLayer):
         return o, self.handle
 
     def materialize(self) -> torch.Tensor:
-        """The dense logical state ``[B, HV, K, V]`` fp32 (a new tensor, transformers' layout).
+        """The dense logical state ``[B, HV, K, V]`` fp32 (a new contiguous tensor, transformers' layout, whatever the
+        base's layout).
 
         Raises:
             ValueError: the layer holds no state yet.
@@ -731,8 +758,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         if self.base is None or not self.has_previous_state[0]:
             raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
         reference = naive_deltalog_kda_materialize if self.spec.operator == "kda" else naive_deltalog_gdn_materialize
+        # contiguous: from a V-first base (the Triton backend) the references return a transposed view's layout
         return reference(self.base, self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
-                         state_v_first=self.state_v_first)
+                         state_v_first=self.state_v_first).contiguous()
 
     # ------------------------------------------------------------------ batch-dim operations
     def _map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor], in_place: bool) -> None:
@@ -1056,7 +1084,17 @@ def _called_by_a_module(layer_idx: int | None = None, conv_of: DeltaLogLayer | N
 
 def check_kernel_dtype(backend: str, model: Any, remedy: str) -> None:
     """Raise ValueError (before anything changes) when ``backend`` is ``"triton"`` and ``model`` (its ``dtype``) runs in
-    a floating dtype the Triton kernels do not take (:data:`KERNEL_ACT_DTYPES`: e.g. float64), naming ``remedy``."""
+    a floating dtype the Triton kernels do not take (:data:`KERNEL_ACT_DTYPES`: e.g. float64), or its parameters are
+    off CUDA (a CPU model) while the Triton interpreter is off (the first forward would refuse it, after the layers
+    before the first linear-attention layer had run). ``remedy``: what the dtype refusal offers instead."""
+    param = next(iter(model.parameters()), None) if backend == "triton" and hasattr(model, "parameters") else None
+    # (a device_map may keep some modules, e.g. the embeddings, off CUDA: only a model with no CUDA parameter at all)
+    if param is not None and param.device.type not in ("cuda", "meta") and not interpreting() \
+            and not any(p.device.type in ("cuda", "meta") for p in model.parameters()):
+        raise ValueError(
+            f"backend='triton': the Triton kernels need a CUDA model (or TRITON_INTERPRET=1 set before triton is "
+            f"imported), but the model's parameters are on {param.device}: build a new DeltaLogCache(model, "
+            "backend='torch') for the CPU (reset() keeps the backend), or move the model to a GPU. Nothing was changed")
     dtype = getattr(model, "dtype", None)
     if backend == "triton" and isinstance(dtype, torch.dtype) and dtype.is_floating_point \
             and dtype not in KERNEL_ACT_DTYPES:
@@ -1271,7 +1309,8 @@ class DeltaLogCache(DynamicCache):
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         self._stopped_generate: str | None = None  # see note_stopped_generate
-        self._generate_running = False  # a generate call on it has started and not ended: see _check_continuation
+        self._generate_running = False  # a generate call on it is running (set and cleared by the generate patch)
+        self._copied_mid_generate = False  # a copy taken while one ran: see copy_state and _check_continuation
         self._order = StepOrder()  # dynamic mode: where the model's forward is (see _begin_layer_step)
         # The layers' kinds, fixed from here on: the per-forward check walks these lists
         self._linear_layers = [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
@@ -1288,6 +1327,11 @@ class DeltaLogCache(DynamicCache):
         # recognises it and says so, not an upstream kernel.
         patch()
 
+    def __getstate__(self) -> dict:
+        """What pickle and ``copy`` take: the instance's attributes, a copy taken during generate marked as such
+        (:func:`copy_state`)."""
+        return copy_state(self.__dict__)
+
     def __setstate__(self, state: dict) -> None:
         """Unpickling (``pickle`` / ``torch.load``, and ``copy.deepcopy``) binds the families' recurrences as the
         constructor does: a cache loaded in a process that built none would otherwise reach transformers' unbound
@@ -1298,11 +1342,15 @@ class DeltaLogCache(DynamicCache):
     # ------------------------------------------------------------------ helpers
     @property
     def deltalog_layers(self) -> list[DeltaLogLayer]:
+        """The cache's :class:`DeltaLogLayer` s (its linear-attention layers), in layer order."""
         return [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
 
     def _layer(self, layer_idx: int, in_forward: bool = True):
         if in_forward:
             self._status.check()
+        if type(layer_idx) is not int:  # (the model's own calls pass ints: one type check on their path)
+            check_layer_index(layer_idx)
+            layer_idx = int(layer_idx)
         if not 0 <= layer_idx < len(self.layers):
             message = (f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} "
                        f"config with {len(self.layers)} layers (indices 0 to {len(self.layers) - 1}); build the cache "
@@ -1454,6 +1502,9 @@ class DeltaLogCache(DynamicCache):
 
     # ------------------------------------------------------------------ state access (what the models call)
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        """transformers' ``Cache.update`` for an attention layer (keys and values ``[B, H, T, D]``; returns the layer's
+        keys and values). Raises ValueError (locking the cache) for a linear-attention layer's index or a step out of
+        order (see :meth:`update_conv_state`)."""
         layer = self._layer(layer_idx)
         if isinstance(layer, DeltaLogLayer):
             raise self._status.reject(
@@ -1529,6 +1580,8 @@ class DeltaLogCache(DynamicCache):
         return held
 
     def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        """transformers' store of a DSA attention layer's indexer keys (GLM-5 families); returns the layer's indexer
+        keys. Raises ValueError (locking the cache) for a linear-attention layer's index."""
         layer = self._layer(layer_idx)
         if isinstance(layer, DeltaLogLayer):
             raise self._status.reject(
@@ -1596,6 +1649,8 @@ class DeltaLogCache(DynamicCache):
                 number of rows (locking the cache until ``reset()``), or a locked cache.
         """
         self._require_linear(layer_idx)
+        if not isinstance(conv_states, torch.Tensor):
+            raise TypeError(f"conv_states must be a tensor [B, D, W]; got {type(conv_states).__name__}")
         if layer_idx == 0:
             self._track_inference_mode()
         self._begin_layer_step(layer_idx, f"update_conv_state:{state_idx}", conv_states.shape[0])
@@ -1651,8 +1706,9 @@ class DeltaLogCache(DynamicCache):
         beyond counting the step. Returns what the model keeps (the handle).
 
         Raises:
-            TypeError: neither a tensor nor a DeltaLogState. ValueError: no such layer, not a linear-attention layer,
-                ``state_idx`` other than 0, a state of another shape, or another layer's or cache's handle.
+            TypeError: a ``layer_idx`` that is not an int; neither a floating tensor nor a DeltaLogState.
+            ValueError: no such layer, not a linear-attention layer, ``state_idx`` other than 0, a state of another
+                shape or of other rows than the layer's conv window, or another layer's or cache's handle.
         """
         return self._require_linear(layer_idx).update_recurrent_state(recurrent_states, state_idx, **kwargs)
 
@@ -1825,7 +1881,7 @@ class DeltaLogCache(DynamicCache):
         self._ledger = None
         self._after_beams = False
         self._stopped_generate = None
-        self._generate_running = False
+        self._copied_mid_generate = False
         self._status.broken = None
         self._order = StepOrder()
 
@@ -1914,7 +1970,7 @@ class DeltaLogCache(DynamicCache):
                 f"with an attention mask over the {held} cached and the new ones"
             )
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask,
-                            getattr(self, "_generate_running", False))
+                            getattr(self, "_copied_mid_generate", False))
         return held
 
     def _check_consistent(self, held: int, host_only: bool = False) -> None:
@@ -1967,7 +2023,6 @@ class DeltaLogCache(DynamicCache):
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one. After a
         beam search (``beams``) the rows are the beams in the search's last order, not the returned sequences: the
         cache is then marked as not continuable (until ``reset()``)."""
-        self._generate_running = False
         self._after_beams = bool(beams)
         self._stopped_generate = None
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
@@ -2122,6 +2177,16 @@ def check_layers_agree(held: int, tokens: dict[int, int], rows: set[int], interr
         )
 
 
+def copy_state(state: dict) -> dict:
+    """``__getstate__`` of both caches (pickle, ``copy.deepcopy``, ``copy.copy``, ``torch.save``): a copy taken while a
+    generate call runs on the cache (``_generate_running``, set by the generate patch) holds tokens its record of
+    consumed ids may not cover, and is marked so (``_copied_mid_generate``, see :func:`_check_continuation`); the
+    original is not marked."""
+    if not state.get("_generate_running"):
+        return state
+    return {**state, "_generate_running": False, "_copied_mid_generate": True}
+
+
 def note_stopped_generate(cache: Any, error: BaseException, held_before: int) -> None:
     """Called (through the patch) when ``generate`` on ``cache`` raised ``error`` (an interrupt, or an exception from a
     streamer, a stopping criterion or the model). When the cache holds another number of tokens than the
@@ -2129,7 +2194,6 @@ def note_stopped_generate(cache: Any, error: BaseException, held_before: int) ->
     record of consumed tokens is dropped and the next ``generate`` on it is refused until ``reset()``
     (:func:`_check_held_rows_continue`). A call stopped before the cache changed (e.g. an invalid argument) leaves it
     as it was. Shared by :class:`DeltaLogCache` and the FLA cache."""
-    cache._generate_running = False
     try:
         held = int(cache.get_seq_length())
     except Exception:  # noqa: BLE001 - a cache left in a state it cannot report counts as changed
@@ -2215,11 +2279,11 @@ def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input
     """Raise ValueError unless ``input_ids`` ``[B, T]`` (with ``attention_mask``) continue a cache holding ``held``
     tokens of ``rows`` rows (-1: unknown) whose consumed tokens are ``ledger`` ``[rows, held]`` (None: unknown): the
     same rows, and either the whole conversation (ids starting with the consumed tokens) or only the new tokens with a
-    mask over cached and new ones. ``copied_mid_generate``: the cache carries the mark of a generate call that started
-    and never ended on it, i.e. it is a copy (``copy.deepcopy``, pickle, ``torch.save``) taken while a call ran on the
-    original (in a stopping criterion, a streamer, a logits processor): its record of consumed tokens stops before that
-    call's tokens, so the whole conversation cannot be checked and only the new-tokens form is taken. Shared by
-    :class:`DeltaLogCache` and the FLA cache."""
+    mask over cached and new ones. ``copied_mid_generate``: the cache is a copy (``copy.deepcopy``, pickle,
+    ``torch.save``) taken while a generate call ran on the original (in a stopping criterion, a streamer, a logits
+    processor; :func:`copy_state`): unless its record of consumed tokens covers every token it holds (a copy taken
+    before that call fed it anything), the whole conversation cannot be checked, and only the new-tokens form is taken,
+    until ``reset()``. Shared by :class:`DeltaLogCache` and the FLA cache."""
     if rows not in (-1, input_ids.shape[0]):
         raise ValueError(
             f"this DeltaLogCache holds {rows} rows but generate was given {input_ids.shape[0]}: it cannot continue "
@@ -2232,12 +2296,13 @@ def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input
                 f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
             )
         return  # only the new tokens were passed (transformers' convention)
-    if copied_mid_generate:
+    if copied_mid_generate and (ledger is None or ledger.shape != (input_ids.shape[0], held)):
         raise ValueError(
-            f"this cache was copied (copy.deepcopy, pickle or torch.save) while a generate call was running on it: it "
-            f"holds {held} tokens per row, the last of which that call had not returned yet, so the conversation given "
-            "now cannot be checked against them. Continue it with only the new tokens and an attention mask over the "
-            f"{held} cached and the new ones, or call cache.reset() and generate from the whole conversation"
+            f"this cache was copied (copy.deepcopy, pickle or torch.save) while a generate call was running on it, and "
+            f"holds {held} tokens per row, some of them fed by that call and never returned to this copy, so the "
+            "conversation given now cannot be checked against them. Continue it with only the new tokens and an "
+            f"attention mask over the {held} cached and the new ones, or call cache.reset() and generate from the whole "
+            "conversation"
         )
     if input_ids.shape[1] <= held:
         raise ValueError(

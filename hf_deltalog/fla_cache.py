@@ -65,6 +65,7 @@ from hf_deltalog.cache import (
     check_rows_match,
     check_stagger_merges,
     consumed_ledger,
+    copy_state,
     memory_breakdown_of,
     restart_log,
 )
@@ -142,9 +143,11 @@ class FLADeltaLogState:
 
     @property
     def device(self) -> torch.device:
+        """The device of the layer's base (the CPU before its first prefill)."""
         return self.layer.base.device if self.layer.base is not None else torch.device("cpu")
 
     def run(self, upstream: Callable, spec: FLAFamilySpec, arguments: dict[str, Any], multi_token: bool):
+        """Called by the patched FLA recurrences: the layer's step (:meth:`FLADeltaLogLayer.run`)."""
         return self.layer.run(upstream, spec, arguments, multi_token)
 
     def __getattr__(self, name: str):
@@ -275,6 +278,7 @@ class FLADeltaLogLayer(FLALayer):
 
     @property
     def batch_size(self) -> int:
+        """Rows the layer holds (``B`` of its base), -1 before its first prefill."""
         return -1 if self.base is None else self.base.shape[0]
 
     def _fla_shape(self, rows: int) -> tuple[int, int, int, int]:
@@ -338,7 +342,10 @@ class FLADeltaLogLayer(FLALayer):
 
         Raises:
             ValueError: the layer holds no state yet.
+            TypeError: a ``state_v_first`` other than None, True or False.
         """
+        if state_v_first is not None and not isinstance(state_v_first, bool):
+            raise TypeError(f"state_v_first must be None, True or False; got {state_v_first!r}")
         if self.base is None or self.state is None or self.state.get("recurrent_state") is None:
             raise ValueError(f"layer {self.layer_idx} holds no state yet: run a prefill first")
         want_v_first = self.spec.state_v_first if state_v_first is None else state_v_first
@@ -477,9 +484,11 @@ class FLADeltaLogLayer(FLALayer):
         self.reorder_cache(indices)
 
     def offload(self) -> None:
+        """Move the layer's DeltaLog buffers and FLA's own states to the CPU (transformers' offloading)."""
         self._map_batch(lambda t: t.to("cpu", non_blocking=True), lambda: super(FLADeltaLogLayer, self).offload())
 
     def prefetch(self) -> None:
+        """Bring the offloaded buffers back to the layer's device."""
         device = self.device
         self._map_batch(lambda t: t.to(device, non_blocking=True), lambda: super(FLADeltaLogLayer, self).prefetch())
 
@@ -608,7 +617,8 @@ class FLADeltaLogCache(FLACache):
         self._ledger: torch.Tensor | None = None
         self._after_beams = False  # the last generate ran a beam search: the rows are beams, in the search's order
         self._stopped_generate: str | None = None  # see hf_deltalog.cache.note_stopped_generate
-        self._generate_running = False  # see hf_deltalog.cache._check_continuation
+        self._generate_running = False  # a generate call on it is running (set and cleared by the generate patch)
+        self._copied_mid_generate = False  # see hf_deltalog.cache.copy_state
         # Layers a forward entered and did not finish: entered at FLA's step read of their state dict (a decode step:
         # FLA's layers then move their conv window in place) or at their first store, finished at their last store of
         # the step (the recurrent or attention state; RWKV6: the FFN's token-shift state after it).
@@ -618,6 +628,11 @@ class FLADeltaLogCache(FLACache):
         from hf_deltalog.patches.registry import _patch_generation
 
         _patch_generation()
+
+    def __getstate__(self) -> dict:
+        """What pickle and ``copy`` take: the instance's attributes, a copy taken during generate marked as such
+        (:func:`hf_deltalog.cache.copy_state`)."""
+        return copy_state(self.__dict__)
 
     def __setstate__(self, state: dict) -> None:
         """Unpickling (and ``copy.deepcopy``) binds FLA's layers and generate's hand-over as the constructor does (a
@@ -644,10 +659,12 @@ class FLADeltaLogCache(FLACache):
 
     @property
     def deltalog_layers(self) -> list[FLADeltaLogLayer]:
+        """The cache's :class:`FLADeltaLogLayer` s (its recurrent layers), in layer order."""
         return [layer for layer in self.layers if isinstance(layer, FLADeltaLogLayer)]
 
     @property
     def batch_size(self) -> int:
+        """Rows the cache holds (its first filled recurrent layer's), -1 before the first prefill."""
         return next((layer.batch_size for layer in self.deltalog_layers if layer.base is not None), -1)
 
     def update(self, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, layer_idx: int = 0,
@@ -898,7 +915,7 @@ class FLADeltaLogCache(FLACache):
         self._ledger = None
         self._after_beams = False
         self._stopped_generate = None
-        self._generate_running = False
+        self._copied_mid_generate = False
         self._shared.status.broken = None
         self._shared.cu_seqlens = None
         self._inside.clear()
@@ -939,7 +956,7 @@ class FLADeltaLogCache(FLACache):
         if input_ids is None:
             return held
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask,
-                            getattr(self, "_generate_running", False))
+                            getattr(self, "_copied_mid_generate", False))
         return held
 
     def _generate_through(self, upstream: Callable, model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -951,7 +968,6 @@ class FLADeltaLogCache(FLACache):
     def _after_generate(self, output: Any, beams: bool = False) -> None:
         """Remember which tokens the cache consumed: every token of the returned sequences but the last one (after a
         beam search nothing, and the cache is marked as not continuable until ``reset()``)."""
-        self._generate_running = False
         self._after_beams = bool(beams)
         self._stopped_generate = None
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)

@@ -124,8 +124,9 @@ class GraphDecoder:
         ValueError: a ``capture`` other than True, False or ``"auto"``, a dynamic cache, ``capture=True`` without CUDA, with the model on several devices or on a cache
             with sliding-window attention layers (transformers' ``StaticSlidingWindowLayer`` keeps its length on the
             host, so a replayed step would keep the captured step's mask), EOS without a pad token.
-        TypeError: an ``eos_token_id`` that is not an int, a list of ints or a tensor of them; a ``pad_token_id``
-            that is not an int (or a one-element tensor).
+        TypeError: ``model`` that is not a ``torch.nn.Module``; a ``warmup_steps`` that is not an int ≥ 0; a
+            ``record_margins`` that is not a bool; an ``eos_token_id`` that is not an int, a list of ints or a tensor
+            of them; a ``pad_token_id`` that is not an int (or a one-element tensor).
     """
 
     def __init__(self, model, cache, *, capture: bool | str = "auto", warmup_steps: int = 2,
@@ -135,8 +136,12 @@ class GraphDecoder:
             raise ValueError(f"capture must be True, False or 'auto'; got {capture!r}")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a transformers causal LM (a torch.nn.Module); got {type(model).__name__}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
+            raise TypeError(f"warmup_steps must be an int ≥ 0 (a numpy integer too); got {warmup_steps!r}")
+        if not isinstance(record_margins, bool):
+            raise TypeError(f"record_margins must be True or False; got {record_margins!r}")
         self.model, self.cache = model, cache
-        self.record_margins = bool(record_margins)
+        self.record_margins = record_margins
         self.max_cache_len = max_cache_len_of(cache)
         devices = {p.device for p in model.parameters()}
         device = next(model.parameters()).device
@@ -339,6 +344,7 @@ class GraphDecoder:
 
     @property
     def captured(self) -> bool:
+        """Whether the decode step has been captured as a CUDA graph (later steps replay it)."""
         return self.graph is not None
 
     def all_finished(self) -> bool:
@@ -412,8 +418,13 @@ def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         ValueError: ``model.generation_config`` sets an option that ``generate(do_sample=False)`` would apply and this
             loop does not (:func:`check_greedy_generation_config`); see also :class:`GraphDecoder` and
             :meth:`GraphDecoder.prefill`.
-        TypeError: see :class:`GraphDecoder` and :meth:`GraphDecoder.prefill` (wrong argument types).
+        TypeError: ``model`` that is not a ``torch.nn.Module``, a ``time_steps`` that is not a bool; see also
+            :class:`GraphDecoder` and :meth:`GraphDecoder.prefill` (wrong argument types).
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a transformers causal LM (a torch.nn.Module); got {type(model).__name__}")
+    if not isinstance(time_steps, bool):
+        raise TypeError(f"time_steps must be True or False; got {time_steps!r}")
     config = model.generation_config
     if isinstance(eos_token_id, str) and eos_token_id == "config":
         eos_token_id = config.eos_token_id

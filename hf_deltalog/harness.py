@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from typing import Any
 
 import torch
@@ -72,7 +73,8 @@ def _check_batch_size(value: Any) -> int:
         raise ValueError("CachedHFLM needs a fixed integer batch_size (the two caches must see the same batches); got "
                          f"{value!r}")
     signed = text[1:] if text[:1] in "+-" else text
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (signed.isascii() and signed.isdigit()) \
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)) \
+            or not (signed.isascii() and signed.isdigit()) \
             or int(text) < 1:
         raise ValueError(f"CachedHFLM needs a fixed integer batch_size of at least 1; got {value!r}")
     return int(text)
@@ -151,6 +153,7 @@ class CachedHFLM(HFLM):
 
     @property
     def cache(self) -> str:
+        """The cache every request decodes through: ``"deltalog"`` or ``"default"``."""
         return self._cache_kind
 
     @cache.setter

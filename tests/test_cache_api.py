@@ -514,8 +514,8 @@ def test_a_copy_taken_during_generate_is_not_continued_silently(how):
     """A copy of the cache taken inside generate (a stopping criterion, a streamer) holds the tokens the running call
     had fed it, which its record of consumed tokens did not cover: continuing the copy with the whole conversation,
     one consumed token edited, decoded from the wrong state without an error (found by the 68th review). That form is
-    now refused for such a copy; the new-tokens form with a mask continues it exactly, and the original, whose call
-    ended, stays continuable with the whole conversation."""
+    now refused for such a copy until reset(), also after a turn in the new-tokens form (70th review), which continues
+    it exactly; the original, whose call ended, stays continuable with the whole conversation."""
     model = tiny_model("qwen3_5")
     cache, kw = DeltaLogCache(model), dict(do_sample=False, eos_token_id=None)
     snap = _CopyAt(cache, 3, how)
@@ -526,21 +526,60 @@ def test_a_copy_taken_during_generate_is_not_continued_silently(how):
         assert held == seen.shape[1] - 1 == 9  # the prompt and two generated tokens went through the copy
         edited = seen.clone()
         edited[:, held - 1] = (edited[:, held - 1] + 1) % 96  # a token the copy consumed
+        refused = r"copied \(copy.deepcopy, pickle or torch.save\) while a generate call was running on it, and holds "
         for ids in (edited, seen):  # edited or not: the copy cannot tell, so the whole conversation is refused
-            with pytest.raises(ValueError, match=rf"copied \(copy.deepcopy, pickle or torch.save\) while a generate "
-                                                 rf"call was running on it: it holds {held} tokens per row"):
+            with pytest.raises(ValueError, match=refused + rf"{held} tokens per row"):
                 model.generate(ids, cache=copied, max_new_tokens=3, **kw)
         assert int(copied.get_seq_length()) == held  # nothing consumed by the refused calls
         new = seen[:, held:]
         mask = torch.ones(seen.shape[0], held + new.shape[1], dtype=torch.long)
         cont = model.generate(new, attention_mask=mask, cache=copied, max_new_tokens=3, **kw)
         assert torch.equal(cont[:, new.shape[1]:], model.generate(seen, max_new_tokens=3, **kw)[:, seen.shape[1]:])
+        later = torch.cat([edited, cont[:, new.shape[1]:]], 1)  # the conversation so far, one consumed token edited
+        with pytest.raises(ValueError, match=refused):  # still refused after a turn in the accepted form
+            model.generate(torch.cat([later, prompt_ids(2, 1, seed=6)], 1), cache=copied, max_new_tokens=2, **kw)
         more = torch.cat([out, prompt_ids(2, 2, seed=4)], 1)  # the original: its own conversation goes on
         assert torch.equal(model.generate(more, cache=cache, max_new_tokens=3, **kw),
                            model.generate(more, max_new_tokens=3, **kw))
         copied.reset()  # after reset() the copy serves any prompt
         assert torch.equal(model.generate(edited, cache=copied, max_new_tokens=3, **kw),
                            model.generate(edited, max_new_tokens=3, **kw))
+
+
+def test_a_copy_taken_before_the_running_call_fed_the_cache_is_checked_as_usual():
+    """A copy taken at the start of a turn (a streamer's first put, before that call's prefill) holds exactly the
+    tokens its record covers: the whole conversation is checked as for any cache, not refused (70th review). And the
+    cache a call is running on never refuses itself (a threaded streamer's next turn may start before the call's
+    wrapper has returned: 70th review)."""
+    model = tiny_model("qwen3_5")
+    cache, kw = DeltaLogCache(model), dict(do_sample=False, eos_token_id=None)
+    with torch.no_grad():
+        first = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, **kw)
+        turn = torch.cat([first, prompt_ids(2, 2, seed=3)], 1)
+
+        class CopyAtFirstPut:
+            def put(self, value):
+                if not hasattr(self, "copy"):
+                    self.copy = copy.deepcopy(cache)
+
+            def end(self):
+                pass
+
+        streamer = CopyAtFirstPut()
+        second = model.generate(turn, cache=cache, max_new_tokens=2, streamer=streamer, **kw)
+        copied = streamer.copy
+        assert copied.get_seq_length() == first.shape[1] - 1 and copied._copied_mid_generate
+        edited = turn.clone()
+        edited[:, 1] = (edited[:, 1] + 1) % 96
+        with pytest.raises(ValueError, match="differ from the .* tokens this DeltaLogCache consumed"):
+            model.generate(edited, cache=copied, max_new_tokens=2, **kw)
+        assert torch.equal(model.generate(turn, cache=copied, max_new_tokens=2, **kw),
+                           model.generate(turn, max_new_tokens=2, **kw))
+        cache._generate_running = True  # as while a call's wrapper has not returned yet
+        third = torch.cat([second, prompt_ids(2, 1, seed=5)], 1)
+        assert torch.equal(model.generate(third, cache=cache, max_new_tokens=2, **kw),
+                           model.generate(third, max_new_tokens=2, **kw))
+        assert not cache._generate_running
 
 
 def test_static_batch_size_mismatch_with_an_attention_layer_first():
@@ -1118,6 +1157,42 @@ def test_triton_backend_decodes_with_past_recording():
     forward(model, ref[0][:, -1:].argmax(-1), fresh)
     nxt = prompt_ids(2, 1, seed=7)
     assert max_abs(forward(model, nxt, cache), forward(model, nxt, fresh)) <= 1e-4
+
+
+def test_materialize_is_contiguous_on_both_backends():
+    """On the Triton backend the base is V-first: materialize returned the transposed layout of a new tensor (not
+    contiguous, so ``.view`` failed on the GPU where it worked on the CPU; 71st review). Both backends now return
+    the same contiguous ``[B, HV, K, V]`` fp32 state, mid-log."""
+    pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
+    model = tiny_model("qwen3_5")
+    states = []
+    for backend in ("torch", "triton"):
+        cache = DeltaLogCache(model, merge_interval=4, backend=backend)
+        forward(model, prompt_ids(2, 6), cache)
+        forward(model, prompt_ids(2, 1, seed=3), cache)
+        state = cache.materialize(0)
+        assert state.is_contiguous() and state.dtype == torch.float32 and state.shape == (2, 4, 8, 16)
+        states.append(state.view(2, -1))
+    assert max_abs(*states) <= 1e-6
+
+
+def test_triton_backend_on_a_cpu_model_is_refused_when_generate_starts(monkeypatch):
+    """backend="triton" with a CPU model (no interpreter) was accepted until the first linear-attention layer's step,
+    which refused it after the layers before it had run, locking the cache (71st review). generate now refuses it
+    before anything changes; the cache stays usable (here under the interpreter again)."""
+    pytest.importorskip("triton", reason="the Triton backend needs triton (the dev extra installs it)")
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model, backend="triton")
+    monkeypatch.setattr(hf_deltalog.cache, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match=r"need a CUDA model .* parameters are on cpu: build a new "
+                                         r"DeltaLogCache\(model, backend='torch'\) .* Nothing was changed"):
+        model.generate(ids, cache=cache, max_new_tokens=2, do_sample=False)
+    assert cache.get_seq_length() == 0
+    monkeypatch.undo()
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=2, do_sample=False),
+                           model.generate(ids, max_new_tokens=2, do_sample=False))
 
 
 def test_a_shared_dsa_layer_without_indexer_keys_is_not_a_stopped_step():
@@ -2552,6 +2627,14 @@ def test_user_mistakes_get_messages_that_say_what_to_do():
     with pytest.raises(AttributeError, match=r"has no attribute 'shape': .* is a handle, not a tensor; "
                                              r"cache.materialize\(0\) gives"):
         cache.get_recurrent_state(0).shape  # noqa: B018
+    # .to(device) on the handle locked the cache as if a forward had stopped part-way (71st review); .to(dtype), what
+    # KDA layers call, stays the identity
+    for args, kwargs in ((("cpu",), {}), ((torch.device("cpu"),), {}), ((), dict(device="cpu")),
+                         (("cpu", torch.float32), {})):
+        with pytest.raises(TypeError, match=r"is a handle, not a tensor: .* cache.materialize\(0\) gives"):
+            cache.get_recurrent_state(0).to(*args, **kwargs)
+    handle = cache.get_recurrent_state(0)
+    assert handle.to(torch.float32) is handle and handle.to(dtype=torch.float32) is handle
     # get_conv_state's arguments: were KeyError: 5 and raw TypeErrors
     with pytest.raises(ValueError, match=r"layer 0 keeps conv states \[0\]; got state_idx 5"):
         cache.get_conv_state(0, 5)

@@ -401,6 +401,25 @@ def test_prefill_refuses_non_integer_input_ids():
                                                             eos_token_id=None)[:, 6:])
 
 
+def test_argument_types_are_checked():
+    """graph_generate(None, ...) failed with a raw AttributeError, warmup_steps="x" or -3 were ignored without capture
+    and record_margins="no" / time_steps="no" counted as True (71st review): TypeErrors naming the argument now, before
+    anything runs."""
+    model = tiny_model("qwen3_5")
+    cache = make_cache("deltalog", model, 32)
+    with pytest.raises(TypeError, match="model must be a transformers causal LM .* got NoneType"):
+        graph_generate(None, prompt_ids(2, 6), cache=cache, max_new_tokens=2, capture=False)
+    with pytest.raises(TypeError, match="time_steps must be True or False; got 'no'"):
+        graph_generate(model, prompt_ids(2, 6), cache=cache, max_new_tokens=2, capture=False, time_steps="no")
+    for bad in ("x", -3, 2.5, True):
+        with pytest.raises(TypeError, match=f"warmup_steps must be an int ≥ 0 .*got {bad!r}"):
+            graph_generate(model, prompt_ids(2, 6), cache=cache, max_new_tokens=2, capture=False, warmup_steps=bad)
+    with pytest.raises(TypeError, match="record_margins must be True or False; got 'no'"):
+        GraphDecoder(model, cache, capture=False, record_margins="no")
+    assert cache.get_seq_length() == 0
+    assert GraphDecoder(model, cache, capture=False, warmup_steps=np.int64(3)).warmup_steps == 0  # eager: no warm-up
+
+
 @pytest.mark.parametrize("bad, exc", [(0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError),
                                       ("4", TypeError)])
 def test_prefill_chunk_must_be_a_positive_int(bad, exc):

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,6 +110,7 @@ def test_batch_size_is_checked_before_the_model_loads(batch_size, tmp_path):
     with pytest.raises(ValueError, match="CachedHFLM needs a fixed integer batch_size"):
         CachedHFLM(pretrained=str(tmp_path / "no-model-here"), device="cpu", batch_size=batch_size)
     assert harness._check_batch_size("2") == harness._check_batch_size(2) == 2  # lm-eval's CLI passes a string
+    assert harness._check_batch_size(np.int64(3)) == 3  # a numpy integer, as merge_interval takes (71st review)
 
 
 def test_parity_cpu_fp32(tmp_path):

@@ -89,6 +89,9 @@ def test_memory_breakdown_and_bad_arguments(family):
     for bad in ("0", True):
         with pytest.raises(TypeError, match="layer_idx must be an int"):
             cache.materialize(bad)
+    for bad in ("yes", 0):  # the layer's layout flag went by truth value (71st review)
+        with pytest.raises(TypeError, match=f"state_v_first must be None, True or False; got {bad!r}"):
+            cache.deltalog_layers[0].materialize(state_v_first=bad)
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         cache.batch_repeat_interleave(0)
     assert cache.batch_size == B

@@ -314,7 +314,8 @@ def test_a_copy_taken_during_generate_is_not_continued_silently():
     copied = streamer.copy
     held = copied.get_seq_length()
     assert held == 5  # the prompt and the first generated token
-    with pytest.raises(ValueError, match=rf"copied .* while a generate call was running on it: it holds {held} tokens"):
+    with pytest.raises(ValueError,
+                       match=rf"copied .* while a generate call was running on it, and holds {held} tokens"):
         generate_ours(model, out[:, :held + 1], copied, max_new_tokens=2, do_sample=False)
     assert copied.get_seq_length() == held
     new = out[:, held:held + 1]

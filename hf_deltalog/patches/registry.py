@@ -286,13 +286,16 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
             new_tokens = _new_tokens(self, option, passed, extra, fed_tokens, ids_tokens)
             check_room(held, fed_tokens, attention_mask, new_tokens)
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
-        # Cleared when the call returns or raises: a copy of the cache taken while it runs keeps the mark
+        # While the call runs: a copy of the cache taken now (in a stopping criterion, a streamer) is marked as such
+        # (hf_deltalog.cache.copy_state); the cache itself never reads the mark
         cache._generate_running = True
         try:
             out = run(upstream, self, *args, **kwargs) if run else upstream(self, *args, **kwargs)
         except BaseException as error:  # an interrupt, or an error raised by a streamer or a stopping criterion
             note_stopped_generate(cache, error, held)
             raise
+        finally:
+            cache._generate_running = False
         cache._after_generate(out, beams=num_beams > 1)
         return out
 
