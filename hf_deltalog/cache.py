@@ -289,7 +289,8 @@ class DeltaLogState:
             if dtypes and not devices:
                 return self
             raise TypeError(
-                f"a DeltaLogState is a handle, not a tensor: .to({', '.join(map(repr, args))}) cannot move it; "
+                f"a DeltaLogState is a handle, not a tensor: "
+                f".to({', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kwargs.items())])}) cannot move it; "
                 f"cache.materialize({self.layer.layer_idx}) gives the dense [B, HV, K, V] fp32 state it stands for "
                 "(a new tensor, which .to() moves)")
         self.layer.status.broken = ("was left inconsistent by a forward that stopped part-way: its state reached a "
@@ -606,7 +607,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             got = recurrent_states.dtype if isinstance(recurrent_states, torch.Tensor) else type(recurrent_states)
             raise TypeError(f"recurrent state must be a floating tensor or a DeltaLogState; got {got}")
         conv = self.conv_states[0]
-        if self.has_previous_state[0] and conv is not None and conv.shape[0] != recurrent_states.shape[0]:
+        if self.has_previous_state[0] and conv is not None and recurrent_states.dim() == 4 \
+                and conv.shape[0] != recurrent_states.shape[0]:
             # the model stores the conv window first, with the forward's rows: a state of other rows is not its own
             raise ValueError(f"layer {self.layer_idx} holds {conv.shape[0]} rows but was handed a recurrent state of "
                              f"{recurrent_states.shape[0]}; call cache.reset() before a batch of another size")
@@ -1336,7 +1338,7 @@ class DeltaLogCache(DynamicCache):
         """Unpickling (``pickle`` / ``torch.load``, and ``copy.deepcopy``) binds the families' recurrences as the
         constructor does: a cache loaded in a process that built none would otherwise reach transformers' unbound
         recurrences. Not after a deliberate :func:`hf_deltalog.unpatch` (only :func:`hf_deltalog.patch` undoes it)."""
-        self.__dict__.update(state)
+        restore_state(self, state)
         patch_after_unpickling()
 
     # ------------------------------------------------------------------ helpers
@@ -2185,6 +2187,16 @@ def copy_state(state: dict) -> dict:
     if not state.get("_generate_running"):
         return state
     return {**state, "_generate_running": False, "_copied_mid_generate": True}
+
+
+def restore_state(cache: Any, state: dict) -> None:
+    """``__setstate__`` of both caches: the attributes, where a state that still says a generate call is running (a
+    pickle of a cache taken during generate by an earlier version, which did not mark copies) loads as a copy taken
+    during generate (:func:`copy_state`); a loaded cache is never running a call."""
+    cache.__dict__.update(state)
+    if state.get("_generate_running"):
+        cache._copied_mid_generate = True
+    cache._generate_running = False
 
 
 def note_stopped_generate(cache: Any, error: BaseException, held_before: int) -> None:

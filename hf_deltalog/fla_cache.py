@@ -68,6 +68,7 @@ from hf_deltalog.cache import (
     copy_state,
     memory_breakdown_of,
     restart_log,
+    restore_state,
 )
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -637,7 +638,7 @@ class FLADeltaLogCache(FLACache):
     def __setstate__(self, state: dict) -> None:
         """Unpickling (and ``copy.deepcopy``) binds FLA's layers and generate's hand-over as the constructor does (a
         cache loaded in a process that built none); not after a deliberate ``unpatch_fla()`` / ``hf_deltalog.unpatch()``."""
-        self.__dict__.update(state)
+        restore_state(self, state)
         if "_hidden_size" not in state:  # pickled before the hidden size was recorded: compared without it
             self._hidden_size = None
             geometry = json.loads(self._fingerprint[3])

@@ -582,6 +582,39 @@ def test_a_copy_taken_before_the_running_call_fed_the_cache_is_checked_as_usual(
         assert not cache._generate_running
 
 
+def test_a_copy_taken_while_generate_records_its_tokens_is_marked_too(monkeypatch):
+    """The mark was cleared before the record of consumed tokens was updated: a copy taken in between (a threaded
+    streamer's reader, released inside generate) held the call's tokens unmarked, and an edited conversation was
+    accepted (72nd review). A state pickled while a call ran, by the version that did not mark copies, loads as such a
+    copy, and no loaded cache is running a call."""
+    model = tiny_model("qwen3_5")
+    cache, kw = DeltaLogCache(model), dict(do_sample=False, eos_token_id=None)
+    copies = []
+    after = DeltaLogCache._after_generate
+
+    def copy_first(self, *args, **kwargs):
+        copies.append(copy.deepcopy(self))
+        return after(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaLogCache, "_after_generate", copy_first)
+    with torch.no_grad():
+        out = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, **kw)
+    monkeypatch.undo()
+    copied = copies[0]
+    assert copied._copied_mid_generate and not copied._generate_running and not cache._generate_running
+    edited = torch.cat([out, prompt_ids(2, 1, seed=3)], 1)
+    edited[:, 6] = (edited[:, 6] + 1) % 96  # a generated token the copy consumed
+    with pytest.raises(ValueError, match="copied .* while a generate call was running on it"):
+        model.generate(edited, cache=copied, max_new_tokens=2, **kw)
+    legacy = pickle.loads(pickle.dumps(cache))  # what a pickle of the earlier version held during a call:
+    state = {**vars(legacy), "_generate_running": True}
+    state.pop("_copied_mid_generate")
+    legacy.__setstate__(state)
+    assert legacy._copied_mid_generate and not legacy._generate_running
+    legacy.reset()
+    assert not legacy._copied_mid_generate and not copy.deepcopy(legacy)._copied_mid_generate
+
+
 def test_static_batch_size_mismatch_with_an_attention_layer_first():
     """Static mode, attention before linear attention (the first layer to see the batch is transformers'
     StaticLayer): another batch size is refused before any length advances; after reset() it is served."""
@@ -2633,6 +2666,8 @@ def test_user_mistakes_get_messages_that_say_what_to_do():
                          (("cpu", torch.float32), {})):
         with pytest.raises(TypeError, match=r"is a handle, not a tensor: .* cache.materialize\(0\) gives"):
             cache.get_recurrent_state(0).to(*args, **kwargs)
+    with pytest.raises(TypeError, match=r"\.to\(device='cpu', dtype=torch.float32\) cannot move it"):
+        cache.get_recurrent_state(0).to(device="cpu", dtype=torch.float32)
     handle = cache.get_recurrent_state(0)
     assert handle.to(torch.float32) is handle and handle.to(dtype=torch.float32) is handle
     # get_conv_state's arguments: were KeyError: 5 and raw TypeErrors
@@ -2659,6 +2694,9 @@ def test_user_mistakes_get_messages_that_say_what_to_do():
         hf_deltalog.is_patched(model)
     with pytest.raises(TypeError, match=r"list of them; got a Qwen3_5ForCausalLM \(pass its config.model_type"):
         hf_deltalog.patch(model)
+    # a 0-dim state: was an IndexError (last: like any state of the wrong shape, it locks the cache)
+    with pytest.raises(ValueError, match="the model produced a recurrent state of shape \\(\\)"):  # was IndexError
+        cache.update_recurrent_state(torch.tensor(1.0), 0)
 
 
 def test_triton_backend_on_the_cpu_says_a_new_cache_is_needed(monkeypatch):

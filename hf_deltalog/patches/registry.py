@@ -288,15 +288,17 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
         # While the call runs: a copy of the cache taken now (in a stopping criterion, a streamer) is marked as such
         # (hf_deltalog.cache.copy_state); the cache itself never reads the mark
+        # (cleared only once the record of consumed tokens is updated: a copy taken before that is marked too)
         cache._generate_running = True
         try:
-            out = run(upstream, self, *args, **kwargs) if run else upstream(self, *args, **kwargs)
-        except BaseException as error:  # an interrupt, or an error raised by a streamer or a stopping criterion
-            note_stopped_generate(cache, error, held)
-            raise
+            try:
+                out = run(upstream, self, *args, **kwargs) if run else upstream(self, *args, **kwargs)
+            except BaseException as error:  # an interrupt, or an error raised by a streamer or a stopping criterion
+                note_stopped_generate(cache, error, held)
+                raise
+            cache._after_generate(out, beams=num_beams > 1)
         finally:
             cache._generate_running = False
-        cache._after_generate(out, beams=num_beams > 1)
         return out
 
     return _dispatcher_of(generate, upstream)
