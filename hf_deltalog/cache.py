@@ -281,6 +281,8 @@ class DeltaLogState:
             RuntimeError: ``.to(tensor)``, as above.
             TypeError: ``.to(device)`` and other calls without a tensor; the message names ``cache.materialize``.
         """
+        if not kwargs and len(args) == 1 and isinstance(args[0], torch.dtype):
+            return self  # the KDA layers' call, at every decode step: no list building on that path
         tensor = any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values()))
         dtypes = [a for a in (*args, kwargs.get("dtype")) if isinstance(a, torch.dtype)]
         devices = [a for a in (*args, kwargs.get("device")) if isinstance(a, (str, torch.device, int))
