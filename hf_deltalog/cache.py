@@ -1144,6 +1144,13 @@ def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
         bools = [isinstance(i, bool) for i in indices]
         if any(bools) and not all(bools):
             raise TypeError(f"batch_select_indices takes row numbers or a boolean mask, not a mix; got {indices!r}")
+        if not all(bools):
+            for i in indices:  # ints, numpy ints, 0-dim integer tensors (torch.tensor would truncate 1.9 to 1)
+                try:
+                    operator.index(i)
+                except TypeError:
+                    raise TypeError(f"batch_select_indices takes a list of ints (row numbers) or of bools (a mask); "
+                                    f"got {indices!r}, with the entry {i!r}") from None
         indices = torch.tensor(indices, dtype=torch.bool if indices and all(bools) else torch.long)
     if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or \
             indices.dtype not in (torch.int64, torch.int32, torch.bool):
@@ -1315,6 +1322,7 @@ class DeltaLogCache(DynamicCache):
         self._stopped_generate: str | None = None  # see note_stopped_generate
         self._generate_running = False  # a generate call on it is running (set and cleared by the generate patch)
         self._copied_mid_generate = False  # a copy taken while one ran: see copy_state and _check_continuation
+        self._changed_during_generate: str | None = None  # see note_change_during_generate
         self._order = StepOrder()  # dynamic mode: where the model's forward is (see _begin_layer_step)
         # The layers' kinds, fixed from here on: the per-forward check walks these lists
         self._linear_layers = [layer for layer in self.layers if isinstance(layer, DeltaLogLayer)]
@@ -1800,6 +1808,7 @@ class DeltaLogCache(DynamicCache):
             # The record is a prefix of what the cache consumed (shorter after direct forwards): keep what the cache
             # still holds of it, cut to the cache's new length, not from the record's end
             self._ledger = self._ledger[:, :int(self.get_seq_length())]
+        note_change_during_generate(self, "crop")
 
     @property
     def is_croppable(self) -> bool:
@@ -1886,8 +1895,10 @@ class DeltaLogCache(DynamicCache):
         self._after_beams = False
         self._stopped_generate = None
         self._copied_mid_generate = False
+        self._changed_during_generate = None
         self._status.broken = None
         self._order = StepOrder()
+        note_change_during_generate(self, "reset")
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Gather the rows of every layer by ``beam_idx`` (``[B]`` integer tensor, values in ``[0, B)``).
@@ -1903,6 +1914,7 @@ class DeltaLogCache(DynamicCache):
         super().reorder_cache(beam_idx)
         if self._ledger is not None:
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
+        note_change_during_generate(self, "reorder_cache")
 
     def _check_layers_support(self, method: str) -> None:
         """Raise NotImplementedError, before any layer changes, when some layer has no ``method`` (transformers'
@@ -1927,6 +1939,7 @@ class DeltaLogCache(DynamicCache):
         super().batch_repeat_interleave(repeats)
         if self._ledger is not None:
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
+        note_change_during_generate(self, "batch_repeat_interleave")
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer.
@@ -1940,6 +1953,7 @@ class DeltaLogCache(DynamicCache):
         super().batch_select_indices(indices)
         if self._ledger is not None:
             self._ledger = self._ledger[indices.to(self._ledger.device)]
+        note_change_during_generate(self, "batch_select_indices")
 
     def _before_generate(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None,
                          expand: int = 1) -> int:
@@ -1962,7 +1976,7 @@ class DeltaLogCache(DynamicCache):
         if held == 0:
             return held
         _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate,
-                                  all(hasattr(layer, "batch_repeat_interleave") for layer in self.layers))
+                                  getattr(self, "_changed_during_generate", None), all(hasattr(layer, "batch_repeat_interleave") for layer in self.layers))
         if input_ids is None:
             return held
         only_new = attention_mask is not None and attention_mask.shape[1] == held + input_ids.shape[1]
@@ -2032,6 +2046,7 @@ class DeltaLogCache(DynamicCache):
         sequences = None if beams else output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         # None after a beam search, whose rows are not the returned sequences: nothing to check later
         self._ledger = consumed_ledger(self._ledger, sequences, self.batch_size, int(self.get_seq_length()))
+        settle_change_during_generate(self, beams)
 
 
 def _model_or_config(model_or_config: Any, config: Any) -> Any:
@@ -2196,6 +2211,7 @@ def restore_state(cache: Any, state: dict) -> None:
     pickle of a cache taken during generate by an earlier version, which did not mark copies) loads as a copy taken
     during generate (:func:`copy_state`); a loaded cache is never running a call."""
     cache.__dict__.update(state)
+    cache.__dict__.setdefault("_changed_during_generate", None)  # (a pickle of an earlier version)
     if state.get("_generate_running"):
         cache._copied_mid_generate = True
     cache._generate_running = False
@@ -2217,11 +2233,38 @@ def note_stopped_generate(cache: Any, error: BaseException, held_before: int) ->
         cache._stopped_generate = type(error).__name__
 
 
+def note_change_during_generate(cache: Any, operation: str) -> None:
+    """Called by both caches' ``crop``, ``reset``, ``reorder_cache``, ``batch_select_indices`` and
+    ``batch_repeat_interleave`` (``operation``) once they changed the cache: while a generate call runs on it (the
+    method called from a streamer, a stopping criterion or a logits processor), the cache may end the call holding
+    other tokens or rows than the sequences the call returns. Marked here, settled when the call ends
+    (:func:`settle_change_during_generate`); a row operation's mark is kept over a later ``crop`` / ``reset`` one."""
+    if getattr(cache, "_generate_running", False) and \
+            getattr(cache, "_changed_during_generate", None) not in _ROW_OPERATIONS:
+        cache._changed_during_generate = operation
+
+
+_ROW_OPERATIONS = ("reorder_cache", "batch_select_indices", "batch_repeat_interleave")
+
+
+def settle_change_during_generate(cache: Any, beams: bool) -> None:
+    """At the end of a generate call on ``cache``, once its record of consumed tokens is updated: a ``crop`` or a
+    ``reset`` during the call is harmless when that record is known again (the cache holds the returned sequences but
+    their last token: transformers' own deferred stop check crops one extra step this way); a row operation during a
+    call is harmless only in a beam search (which reorders the rows at every step, and whose end marks the cache as not
+    continuable anyway). Otherwise the mark stays, and the next ``generate`` on the cache is refused until ``reset()``
+    (:func:`_check_held_rows_continue`). Shared by both caches."""
+    changed = getattr(cache, "_changed_during_generate", None)
+    if changed is not None and (beams or (changed not in _ROW_OPERATIONS and cache._ledger is not None)):
+        cache._changed_during_generate = None
+
+
 def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped: str | None = None,
-                              can_repeat: bool = True) -> None:
+                              changed: str | None = None, can_repeat: bool = True) -> None:
     """Raise ValueError when a cache holding ``held`` tokens cannot be continued by this generate call: the last
     generate call on it stopped with the exception named ``stopped`` after the cache consumed tokens
-    (:func:`note_stopped_generate`), its rows are the beams of an earlier beam search (``after_beams``), or the call
+    (:func:`note_stopped_generate`), the cache's method ``changed`` ran during the last generate call and left it
+    holding other tokens or rows than that call returned (:func:`settle_change_during_generate`), its rows are the beams of an earlier beam search (``after_beams``), or the call
     would expand every row into ``expand`` > 1 (``num_beams`` / ``num_return_sequences``; the message offers
     ``batch_repeat_interleave`` where every layer has it, ``can_repeat``). Shared by :class:`DeltaLogCache` and the
     FLA cache."""
@@ -2229,6 +2272,13 @@ def _check_held_rows_continue(held: int, after_beams: bool, expand: int, stopped
         raise ValueError(
             f"the last generate call on this cache stopped with {stopped} after the cache had consumed tokens, so it "
             f"holds {held} tokens per row whose ids never came back from that call and cannot be compared with the "
+            "ids given now. Call cache.reset() (or build a new cache) and generate again from the whole conversation"
+        )
+    if changed is not None:
+        raise ValueError(
+            f"cache.{changed}() was called while a generate call was running on this cache (in a streamer, a stopping "
+            f"criterion or a logits processor), so the {held} tokens per row it holds are not the sequences that call "
+            "returned (a token dropped or rows rearranged in the middle of decoding) and cannot be compared with the "
             "ids given now. Call cache.reset() (or build a new cache) and generate again from the whole conversation"
         )
     if after_beams:

@@ -67,8 +67,10 @@ from hf_deltalog.cache import (
     consumed_ledger,
     copy_state,
     memory_breakdown_of,
+    note_change_during_generate,
     restart_log,
     restore_state,
+    settle_change_during_generate,
 )
 from hf_deltalog.kernels._op import interpreting
 from hf_deltalog.kernels.gdn.naive import naive_deltalog_gdn_decode, naive_deltalog_gdn_materialize
@@ -620,6 +622,7 @@ class FLADeltaLogCache(FLACache):
         self._stopped_generate: str | None = None  # see hf_deltalog.cache.note_stopped_generate
         self._generate_running = False  # a generate call on it is running (set and cleared by the generate patch)
         self._copied_mid_generate = False  # see hf_deltalog.cache.copy_state
+        self._changed_during_generate: str | None = None  # see hf_deltalog.cache.note_change_during_generate
         # Layers a forward entered and did not finish: entered at FLA's step read of their state dict (a decode step:
         # FLA's layers then move their conv window in place) or at their first store, finished at their last store of
         # the step (the recurrent or attention state; RWKV6: the FFN's token-shift state after it).
@@ -882,6 +885,7 @@ class FLADeltaLogCache(FLACache):
             layer.reorder_cache(beam_idx)
         if self._ledger is not None:
             self._ledger = self._ledger.index_select(0, beam_idx.to(self._ledger.device))
+        note_change_during_generate(self, "reorder_cache")
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat every row ``repeats`` times (an int ≥ 1) in every layer.
@@ -895,6 +899,7 @@ class FLADeltaLogCache(FLACache):
             layer.batch_repeat_interleave(repeats)
         if self._ledger is not None:
             self._ledger = self._ledger.repeat_interleave(repeats, dim=0)
+        note_change_during_generate(self, "batch_repeat_interleave")
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices`` (``[B']`` integer tensor or list, or a ``[B]`` boolean mask) in every layer.
@@ -909,6 +914,7 @@ class FLADeltaLogCache(FLACache):
             layer.batch_select_indices(indices)
         if self._ledger is not None:
             self._ledger = self._ledger[indices.to(self._ledger.device)]
+        note_change_during_generate(self, "batch_select_indices")
 
     def reset(self) -> None:
         """Forget every token (a batch of another size may follow)."""
@@ -917,10 +923,12 @@ class FLADeltaLogCache(FLACache):
         self._after_beams = False
         self._stopped_generate = None
         self._copied_mid_generate = False
+        self._changed_during_generate = None
         self._shared.status.broken = None
         self._shared.cu_seqlens = None
         self._inside.clear()
         self._order = StepOrder()
+        note_change_during_generate(self, "reset")
 
     # ------------------------------------------------------------------ generate checks (through the patch)
     def _check_model(self, model: Any) -> None:
@@ -953,7 +961,8 @@ class FLADeltaLogCache(FLACache):
         self._check_layers_agree(held)
         if held == 0:
             return held
-        _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate)
+        _check_held_rows_continue(held, self._after_beams, expand, self._stopped_generate,
+                                  getattr(self, "_changed_during_generate", None))
         if input_ids is None:
             return held
         _check_continuation(held, self.batch_size, self._ledger, input_ids, attention_mask,
@@ -974,8 +983,10 @@ class FLADeltaLogCache(FLACache):
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         held = self.get_seq_length()
         # Every token of the returned sequences but the last went through the cache (more when the call passed only
-        # the new tokens of a continuation); fewer: some steps did not reach it
-        if sequences is not None and not beams and held < sequences.shape[-1] - 1:
+        # the new tokens of a continuation); fewer: some steps did not reach it (or a reset() during the call forgot
+        # them: see hf_deltalog.cache.note_change_during_generate)
+        if sequences is not None and not beams and held < sequences.shape[-1] - 1 and \
+                getattr(self, "_changed_during_generate", None) is None:
             self._ledger = None
             message = (
                 f"generate returned {sequences.shape[-1]} tokens per row, but only {held} went through this "
@@ -990,6 +1001,7 @@ class FLADeltaLogCache(FLACache):
                 "RuntimeError saying what)")
             raise RuntimeError(message)
         self._ledger = consumed_ledger(self._ledger, None if beams else sequences, self.batch_size, held)
+        settle_change_during_generate(self, beams)
 
 
 # The caches handed over to each model (while a handover is open), and the class hooks that hand them over. The hooks

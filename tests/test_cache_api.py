@@ -546,6 +546,81 @@ def test_a_copy_taken_during_generate_is_not_continued_silently(how):
                            model.generate(edited, max_new_tokens=3, **kw))
 
 
+class _ChangeAt(StoppingCriteria):
+    """Calls ``change(cache)`` (a crop, a reset, a row operation) at its ``at``-th call, inside generate."""
+
+    def __init__(self, cache, at: int, change):
+        self.cache, self.at, self.change, self.calls = cache, at, change, 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            self.change(self.cache)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@pytest.mark.parametrize("change", ["crop", "reset", "reorder_cache"])
+def test_a_cache_changed_during_generate_is_not_continued_silently(change):
+    """``crop`` / ``reset`` / a row operation called on the cache from inside a generate call (a streamer, a stopping
+    criterion) left it holding other tokens than the call returned (one dropped mid-stream, only those after the reset,
+    rows swapped), and its record of consumed tokens was lost or wrong: the next turn's whole conversation was accepted
+    and decoded from that state, other tokens than the default cache's (found by the 73rd review, kimi_linear). Now
+    every form of the next turn is refused until reset(), before anything changes; after reset() it decodes exactly."""
+    model = tiny_model("kimi_linear")
+    cache, kw = DeltaLogCache(model, crop_ring=True), dict(do_sample=False, eos_token_id=None)
+    how = {"crop": lambda c: c.crop(-1), "reset": lambda c: c.reset(),
+           "reorder_cache": lambda c: c.reorder_cache(torch.tensor([1, 0]))}[change]
+    with torch.no_grad():
+        out = model.generate(prompt_ids(2, 6), cache=cache, max_new_tokens=8,
+                             stopping_criteria=[_ChangeAt(cache, 3, how)], **kw)
+        held = int(cache.get_seq_length())
+        more = torch.cat([out, prompt_ids(2, 2, seed=7)], 1)
+        refused = rf"cache.{change}\(\) was called while a generate call was running on this cache .* the {held} tokens"
+        with pytest.raises(ValueError, match=refused):
+            model.generate(more, cache=cache, max_new_tokens=3, **kw)
+        new = more[:, out.shape[1] - 1:]  # the new-tokens form is refused too: the held tokens are not the call's
+        with pytest.raises(ValueError, match=refused):
+            model.generate(new, attention_mask=torch.ones(2, held + new.shape[1], dtype=torch.long), cache=cache,
+                           max_new_tokens=3, **kw)
+        assert int(cache.get_seq_length()) == held  # nothing consumed by the refused calls
+        cache.reset()
+        assert torch.equal(model.generate(more, cache=cache, max_new_tokens=3, **kw),
+                           model.generate(more, max_new_tokens=3, **kw))
+
+
+def test_a_change_during_generate_that_leaves_the_returned_tokens_is_accepted():
+    """The mark of a change during generate is settled when the call ends: a reset before the call fed the cache
+    anything (a streamer's first put, which sees the prompt before the prefill) leaves exactly the returned tokens in
+    it, so the next turn is checked (an edited one refused) and decoded as usual; a beam search's own reorders add
+    nothing to the beam-search refusal."""
+    model = tiny_model("kimi_linear")
+    cache, kw = DeltaLogCache(model), dict(do_sample=False, eos_token_id=None)
+
+    class ResetAtFirstPut:
+        def put(self, value):
+            if not hasattr(self, "done"):
+                self.done = cache.reset()
+
+        def end(self):
+            pass
+
+    with torch.no_grad():
+        first = model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, streamer=ResetAtFirstPut(), **kw)
+        assert cache._changed_during_generate is None
+        turn = torch.cat([first, prompt_ids(2, 2, seed=3)], 1)
+        edited = turn.clone()
+        edited[:, 1] = (edited[:, 1] + 1) % 96
+        with pytest.raises(ValueError, match="differ from the .* tokens this DeltaLogCache consumed"):
+            model.generate(edited, cache=cache, max_new_tokens=2, **kw)
+        assert torch.equal(model.generate(turn, cache=cache, max_new_tokens=2, **kw),
+                           model.generate(turn, max_new_tokens=2, **kw))
+        cache.reset()
+        model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=3, num_beams=2, **kw)
+        assert cache._changed_during_generate is None
+        with pytest.raises(ValueError, match="tokens from a beam search"):
+            model.generate(prompt_ids(2, 12), cache=cache, max_new_tokens=2, **kw)
+
+
 def test_a_copy_taken_before_the_running_call_fed_the_cache_is_checked_as_usual():
     """A copy taken at the start of a turn (a streamer's first put, before that call's prefill) holds exactly the
     tokens its record covers: the whole conversation is checked as for any cache, not refused (70th review). And the
@@ -1846,10 +1921,18 @@ def test_row_selection_reads_bool_lists_as_masks_and_refuses_empty_or_out_of_ran
     state = cache.materialize(0)
     for bad, err, match in (([], ValueError, "at least one row to keep"), ([False, False], ValueError, "at least one"),
                             ([5], ValueError, r"got row 5, but the cache holds 2 rows \(indices in \[-2, 2\)\)"),
-                            ([-3], ValueError, "got row -3"), ([True, 0], TypeError, "not a mix")):
+                            ([-3], ValueError, "got row -3"), ([True, 0], TypeError, "not a mix"),
+                            # (73rd review: torch.tensor(list, dtype=long) truncated 0.9 to row 0 and 1.5 to row 1; a
+                            # str or None gave torch's own errors)
+                            ([0.9], TypeError, r"a list of ints .* with the entry 0.9"),
+                            ([0, 1.5], TypeError, "with the entry 1.5"), (["1"], TypeError, "with the entry '1'"),
+                            ([None], TypeError, "with the entry None")):
         with pytest.raises(err, match=match):
             cache.batch_select_indices(bad)
         assert cache.batch_size == 2 and torch.equal(cache.materialize(0), state)
+    cache.batch_select_indices([np.int64(1), torch.tensor(0)])  # numpy and 0-dim tensor ints are row numbers
+    assert torch.equal(cache.materialize(0), state[[1, 0]])
+    cache.batch_select_indices([1, 0])
     cache.batch_select_indices([True, False])
     assert cache.batch_size == 1 and torch.equal(cache.materialize(0), state[:1])
     cache.batch_repeat_interleave(np.int64(2))

@@ -325,6 +325,42 @@ def test_a_copy_taken_during_generate_is_not_continued_silently():
     assert torch.equal(cont[:, 1:], ref[:, held + 1:])
 
 
+class _ResettingStreamer(BaseStreamer):
+    """A streamer that calls ``cache.reset()`` at its third ``put``, inside generate."""
+
+    def __init__(self, cache):
+        self.cache, self.puts = cache, 0
+
+    def put(self, value):
+        self.puts += 1
+        if self.puts == 3:
+            self.cache.reset()
+
+    def end(self):
+        pass
+
+
+def test_a_reset_during_generate_refuses_the_next_turn_until_reset():
+    """``cache.reset()`` from inside a generate call (a streamer) left the cache holding only the tokens after it; the
+    end of the call then blamed a bypass of hf_deltalog's hand-over (a RuntimeError about a replaced
+    prepare_inputs_for_generation) and locked the cache (73rd review, after the same case on transformers' models).
+    Now the call returns, and the next turn is refused with the cause until reset(); after reset() FLA's tokens."""
+    model = tiny_model("gated_deltanet", layers=1)
+    cache, kw = DeltaLogCache(model, merge_interval=3), dict(do_sample=False)
+    out = generate_ours(model, prompt_ids(1, 4, seed=8), cache, max_new_tokens=5, streamer=_ResettingStreamer(cache),
+                        **kw)
+    held = cache.get_seq_length()
+    assert 0 < held < out.shape[1] - 1
+    more = torch.cat([out, prompt_ids(1, 2, seed=9)], 1)
+    with pytest.raises(ValueError, match=rf"cache.reset\(\) was called while a generate call was running on this cache"
+                                         rf" .* the {held} tokens"):
+        generate_ours(model, more, cache, max_new_tokens=2, **kw)
+    assert cache.get_seq_length() == held
+    cache.reset()
+    ref, _ = generate_ref(model, more, max_new_tokens=2, **kw)
+    assert torch.equal(generate_ours(model, more, cache, max_new_tokens=2, **kw), ref)
+
+
 def test_a_turn_of_only_new_tokens_keeps_the_consumed_ids_for_the_next_turn():
     """A middle turn in the only-new-tokens form returns the new and generated ids only. The cache forgot the ids it
     had consumed, so a third turn whose ids did not start with them (turn 2's returned ids plus new ones, as if they
