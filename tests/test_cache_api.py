@@ -564,7 +564,7 @@ def test_a_cache_changed_during_generate_is_not_continued_silently(change):
     """``crop`` / ``reset`` / a row operation called on the cache from inside a generate call (a streamer, a stopping
     criterion) left it holding other tokens than the call returned (one dropped mid-stream, only those after the reset,
     rows swapped), and its record of consumed tokens was lost or wrong: the next turn's whole conversation was accepted
-    and decoded from that state, other tokens than the default cache's (found by the 73rd review, kimi_linear). Now
+    and decoded from that state, other tokens than the default cache's (found by the 74th review, kimi_linear). Now
     every form of the next turn is refused until reset(), before anything changes; after reset() it decodes exactly."""
     model = tiny_model("kimi_linear")
     cache, kw = DeltaLogCache(model, crop_ring=True), dict(do_sample=False, eos_token_id=None)
@@ -1922,7 +1922,7 @@ def test_row_selection_reads_bool_lists_as_masks_and_refuses_empty_or_out_of_ran
     for bad, err, match in (([], ValueError, "at least one row to keep"), ([False, False], ValueError, "at least one"),
                             ([5], ValueError, r"got row 5, but the cache holds 2 rows \(indices in \[-2, 2\)\)"),
                             ([-3], ValueError, "got row -3"), ([True, 0], TypeError, "not a mix"),
-                            # (73rd review: torch.tensor(list, dtype=long) truncated 0.9 to row 0 and 1.5 to row 1; a
+                            # (74th review: torch.tensor(list, dtype=long) truncated 0.9 to row 0 and 1.5 to row 1; a
                             # str or None gave torch's own errors)
                             ([0.9], TypeError, r"a list of ints .* with the entry 0.9"),
                             ([0, 1.5], TypeError, "with the entry 1.5"), (["1"], TypeError, "with the entry '1'"),

@@ -343,7 +343,7 @@ class _ResettingStreamer(BaseStreamer):
 def test_a_reset_during_generate_refuses_the_next_turn_until_reset():
     """``cache.reset()`` from inside a generate call (a streamer) left the cache holding only the tokens after it; the
     end of the call then blamed a bypass of hf_deltalog's hand-over (a RuntimeError about a replaced
-    prepare_inputs_for_generation) and locked the cache (73rd review, after the same case on transformers' models).
+    prepare_inputs_for_generation) and locked the cache (74th review, after the same case on transformers' models).
     Now the call returns, and the next turn is refused with the cause until reset(); after reset() FLA's tokens."""
     model = tiny_model("gated_deltanet", layers=1)
     cache, kw = DeltaLogCache(model, merge_interval=3), dict(do_sample=False)
