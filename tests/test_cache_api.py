@@ -237,6 +237,20 @@ def test_a_beam_search_cache_cannot_be_continued():
     ids = prompt_ids(3, 4, seed=51)
     assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False),
                        model.generate(ids, max_new_tokens=3, do_sample=False))
+    # reset() forgets the beam search also for a cache filled by a direct forward, then continued with only the new
+    # tokens (that form is not compared with any record of ids: the beam-search mark alone would refuse it)
+    cache.reset()
+    model.generate(prompt_ids(1, 3), cache=cache, num_beams=3, num_return_sequences=3, max_new_tokens=2,
+                   do_sample=False)
+    cache.reset()
+    dense = DynamicCache(config=model.config)
+    with torch.no_grad():
+        for c in (cache, dense):
+            model(ids, past_key_values=c, use_cache=True)
+    new = prompt_ids(3, 2, seed=52)
+    mask = torch.ones(3, 4 + 2, dtype=torch.long)
+    assert torch.equal(model.generate(new, attention_mask=mask, cache=cache, max_new_tokens=3, do_sample=False),
+                       model.generate(new, attention_mask=mask, cache=dense, max_new_tokens=3, do_sample=False))
 
 
 @pytest.mark.parametrize("expand", [dict(num_beams=2), dict(num_return_sequences=2, do_sample=True)])
@@ -721,6 +735,11 @@ def test_second_generate_continues_or_raises():
         model.generate(unrelated, cache=cache, max_new_tokens=2)
     with pytest.raises(ValueError, match="continuing it takes the whole conversation"):
         model.generate(prompt_ids(2, 4, seed=98), cache=cache, max_new_tokens=2)
+    for at in (0, held - 1):  # one consumed token edited, the first or the last (the last one was not compared)
+        edited = torch.cat([first, prompt_ids(2, 1, seed=97)], 1)
+        edited[1, at] = (edited[1, at] + 1) % 96
+        with pytest.raises(ValueError, match="differ from the .* tokens this DeltaLogCache consumed"):
+            model.generate(edited, cache=cache, max_new_tokens=2)
     assert cache.get_seq_length() == held  # nothing was consumed by the refused calls
     # After reset the same object serves the unrelated prompt exactly like a fresh cache.
     cache.reset()
@@ -737,6 +756,12 @@ def test_continuation_with_only_the_new_tokens():
         model.generate(ids, cache=c, max_new_tokens=4, do_sample=False)
     new = prompt_ids(1, 3, seed=5)
     mask = torch.ones(1, cache.get_seq_length() + 3, dtype=torch.long)
+    held = cache.get_seq_length()
+    for width in (held + 2, held + 4):  # a mask one column short or long is neither form: refused, nothing consumed
+        with pytest.raises(ValueError, match=rf"the cache holds {held} tokens and 3 new ones were passed, but the "
+                                             rf"attention mask covers {width}; it must cover the cached and the new"):
+            model.generate(new, attention_mask=torch.ones(1, width, dtype=torch.long), cache=cache, max_new_tokens=2)
+        assert cache.get_seq_length() == held
     out = model.generate(new, attention_mask=mask, cache=cache, max_new_tokens=5, do_sample=False)
     ref = model.generate(new, attention_mask=mask, cache=dense, max_new_tokens=5, do_sample=False)
     assert torch.equal(out, ref)
@@ -1431,6 +1456,34 @@ def test_reorder_cache_keeps_the_generate_check_in_step():
         model.generate(stale, cache=cache, max_new_tokens=2)
 
 
+@pytest.mark.parametrize("operation", ["batch_select_indices", "batch_repeat_interleave", "crop"])
+def test_row_operations_and_crop_keep_the_generate_check_in_step(operation):
+    """The record of consumed ids follows batch_select_indices, batch_repeat_interleave and crop (a mutation test
+    found no test failing when any of them dropped the record: the next turn's ids were then not compared, and a
+    wrong conversation decoded silently). After each, a conversation of the wrong rows or with a cropped token kept
+    is refused, and the right one decodes the default cache's tokens for that conversation."""
+    model = tiny_model("qwen3_5")
+    kw = dict(do_sample=False, eos_token_id=None)
+    cache = DeltaLogCache(model, crop_ring=True)
+    ids = torch.cat([prompt_ids(1, 5, seed=3), prompt_ids(1, 5, seed=4)])
+    consumed = model.generate(ids, cache=cache, max_new_tokens=4, **kw)[:, :-1]
+    if operation == "batch_select_indices":
+        cache.batch_select_indices(torch.tensor([1]))
+        right, wrong = consumed[[1]], consumed[[0]]
+    elif operation == "batch_repeat_interleave":
+        cache.batch_repeat_interleave(2)
+        right, wrong = consumed[[0, 0, 1, 1]], consumed[[1, 1, 0, 0]]
+    else:
+        cache.crop(-2)
+        right, wrong = consumed[:, :-2], torch.cat([consumed[:, :-3], consumed[:, -1:]], 1)  # a cropped token kept
+    more = prompt_ids(right.shape[0], 2, seed=5)
+    with pytest.raises(ValueError, match="differ from the .* tokens this DeltaLogCache consumed"):
+        model.generate(torch.cat([wrong, more], 1), cache=cache, max_new_tokens=2, **kw)
+    follow = torch.cat([right, more], 1)
+    assert torch.equal(model.generate(follow, cache=cache, max_new_tokens=3, **kw),
+                       model.generate(follow, max_new_tokens=3, **kw))
+
+
 @pytest.mark.parametrize("bad, error", [([0.5, 1.0], TypeError), (torch.tensor([[0, 1]]), TypeError),
                                         (torch.tensor([True, False]), TypeError), (torch.tensor([0]), ValueError),
                                         (torch.tensor([1, 0], dtype=torch.uint8), TypeError),
@@ -1532,6 +1585,8 @@ def test_reset_keeps_buffers_and_forgets_state():
     pointers = [layer.base.data_ptr() for layer in cache.deltalog_layers]
     cache.reset()
     assert cache.get_recurrent_state(0) is None and cache.get_seq_length() == 0
+    with pytest.raises(ValueError, match="layer 0 holds no state yet"):  # its zeroed buffers are not a state
+        cache.materialize(0)
     assert max_abs(forward(model, ids, cache), forward(model, ids, DeltaLogCache(model))) == 0
     assert [layer.base.data_ptr() for layer in cache.deltalog_layers] == pointers
 
@@ -1641,6 +1696,25 @@ def test_crop_past_a_sliding_window_needs_its_keys():
     ref = DeltaLogCache(model, merge_interval=8)
     decode(model, ref, forward(model, ids, ref), 3)
     assert max_abs(forward(model, nxt, rec), forward(model, nxt, ref)) <= 1e-5
+
+    # The boundaries (mutation tests: no test failed when they moved by one). Exactly `window` tokens seen: the layer
+    # keeps window - 1 keys, so without recording a crop is refused before any layer changes (transformers' crop
+    # raised after the first layer had changed). With recording, fewer tokens before the crop than the window needs:
+    # only those are needed, and the crop is exact.
+    edge = DeltaLogCache(model, merge_interval=8, crop_ring=True)
+    decode(model, edge, forward(model, ids[:, :4], edge), 2)  # 6 tokens: the window
+    before, keys = _crop_snapshot(edge), _sliding_keys(edge)
+    with pytest.raises(ValueError, match=r"\(window 6\) that has seen 6 tokens and keeps only its last 5 keys"):
+        edge.crop(-1)
+    _assert_unchanged(edge, before)
+    assert all(torch.equal(k, k0) and n == n0 for (k, n), (k0, n0) in zip(_sliding_keys(edge), keys))
+    few = DeltaLogCache(model, merge_interval=8, crop_ring=True)
+    few.activate_past_recording()
+    decode(model, few, forward(model, ids[:, :4], few), 3)  # 7 tokens
+    few.crop(-3)  # 4 kept: the crop needs 3 + 4 recorded keys, not 3 + window - 1 = 8
+    ref = DeltaLogCache(model, merge_interval=8)
+    forward(model, ids[:, :4], ref)
+    assert max_abs(forward(model, nxt, few), forward(model, nxt, ref)) <= 1e-5
 
 
 def test_static_sliding_window_layers_crop_only_before_they_roll():

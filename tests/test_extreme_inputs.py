@@ -202,6 +202,19 @@ def assert_refused(fn, exc, match, buffers):
         assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)) if a.is_floating_point() else torch.equal(a, b)
 
 
+def test_buffers_that_touch_without_sharing_an_element_are_accepted():
+    """check_disjoint compares byte ranges: two buffers cut back to back from one allocation touch at a boundary and
+    share no byte, so they are accepted; one element of overlap is refused (a mutation test found that a check of
+    ``>`` instead of ``>=`` at the boundary, refusing such buffers, failed no test)."""
+    from hf_deltalog.kernels.common import check_disjoint
+
+    flat = torch.zeros(2 * 3 * 4 + 5)
+    base, log_decay = flat[:24].view(2, 3, 4), flat[24:29]
+    check_disjoint({"base": base, "log_decay": log_decay}, written=("base", "log_decay"))
+    with pytest.raises(ValueError, match="base and log_decay share memory"):
+        check_disjoint({"base": base, "log_decay": flat[23:28]}, written=("base", "log_decay"))
+
+
 @pytest.mark.parametrize("op", list(CASES))
 @pytest.mark.parametrize("impl", ["reference", "kernel"])
 def test_aliased_buffers_are_refused(op, impl):

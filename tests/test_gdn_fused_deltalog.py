@@ -380,6 +380,9 @@ BAD_INPUTS = [
     ("not-tensor", _set(3, lambda t: t.tolist()), TypeError, "g must be a torch.Tensor"),
     ("base-noncontig", _set(5, lambda t: t.transpose(-1, -2).contiguous().transpose(-1, -2)), ValueError, "contiguous"),
     ("v-stride", _set(2, lambda t: torch.cat([t, t], -1)[..., ::2]), ValueError, "unit stride"),
+    # (a mutation test: dropping q or k from the unit-stride check failed no test, and a strided q read wrong values)
+    ("q-stride", _set(0, lambda t: torch.cat([t, t], -1)[..., ::2]), ValueError, "unit stride"),
+    ("k-stride", _set(1, lambda t: torch.cat([t, t], -1)[..., ::2]), ValueError, "unit stride"),
     ("device", _set(5, lambda t: t.to("meta")), ValueError, "one device"),
     ("block_v", _kw(block_v=12), ValueError, "block_v"),
     ("num_warps", _kw(num_warps=3), ValueError, "num_warps"),

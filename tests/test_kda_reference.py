@@ -36,7 +36,8 @@ def test_dense_reference_matches_transformers():
 
 
 @pytest.mark.parametrize("M", [1, 2, 4, 9])
-@pytest.mark.parametrize("heads", [(2, 2), (1, 3)], ids=["H2", "GQA1-3"])
+@pytest.mark.parametrize("heads", [(2, 2), (1, 3), (2, 4)], ids=["H2", "GQA1-3", "GQA2-4"])  # 2-4: a mapping of
+# key heads to value heads other than repeat_interleave differs only with Hk > 1 (a mutation test found it uncaught)
 def test_deltalog_equals_dense_fp64(M, heads):
     Hk, HV = heads
     B, T, K, V = 3, 20, 8, 16

@@ -74,6 +74,28 @@ def test_patch_is_idempotent(clean):
     assert current_functions() == again
 
 
+def test_a_rebinding_between_two_patches_is_undone_to_upstream(clean):
+    """A third party rebinds one of a family's two functions after patch(); the next patch() binds again what the
+    module holds, and unpatch() then restores transformers' recurrence and the third party's chunk function, never
+    leaving a dispatcher of ours bound (a mutation test: binding the other, still patched, function without unwrapping
+    it to its upstream failed no test, and unpatch() then left our dispatcher in place)."""
+    spec = FAMILIES["qwen3_next"]
+    module = importlib.import_module(spec.module)
+    hf_deltalog.patch("qwen3_next")
+
+    def third_party_chunk(*args, **kwargs):
+        return clean[(spec.module, spec.chunk)](*args, **kwargs)
+
+    setattr(module, spec.chunk, third_party_chunk)
+    assert not hf_deltalog.is_patched("qwen3_next")
+    hf_deltalog.patch("qwen3_next")
+    assert hf_deltalog.is_patched("qwen3_next")
+    hf_deltalog.unpatch()
+    assert getattr(module, spec.recurrent) is clean[(spec.module, spec.recurrent)]
+    assert getattr(module, spec.chunk) is third_party_chunk
+    setattr(module, spec.chunk, clean[(spec.module, spec.chunk)])
+
+
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_other_caches_are_untouched(clean, family):
     """Bit-identical outputs with the default cache before patching, while patched, and after a DeltaLog run."""
