@@ -205,10 +205,41 @@ def test_bound_kernel_matches_fla_kernel(family, packed, options, backend):
     assert cache.deltalog_layers[0].length.tolist() == [2] * rows  # 5 steps at M = 3: merged at the third
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_per_value_beta_runs_fla_kernel_on_the_dense_state(packed):
+    """FLA's GatedDeltaNet kernel also takes one β per value channel, ``[B, T, HV, V]``; the DeltaLog step implements
+    one per head only, so such a call runs FLA's kernel on the materialised state and its returned state restarts the
+    log. A mutant that refused it ("beta must be [B, T, HV]") was not caught (73rd review). Pins: per-head and per-V
+    steps interleaved give FLA's kernel's outputs and states, one DeltaLog step per per-head call."""
+    spec = FLA_FAMILIES["gated_deltanet"]
+    patch_fla()
+    bound = getattr(importlib.import_module(spec.module), spec.recurrent)
+    upstream = bound.__deltalog_upstream__
+    rows, gen = 3, torch.Generator().manual_seed(4)
+    cache, dense = _layer_cache("gated_deltanet", rows)
+    _, HV, _, V = DIMS["gated_deltanet"]
+    options = dict(_GATE["gated_deltanet"], A_log=torch.rand(HV, generator=gen) - 1.0,
+                   dt_bias=torch.randn(HV, generator=gen))
+    for step, per_value in enumerate([False, True, False, False, True]):
+        x = _inputs("gated_deltanet", rows, packed, gen, **dict(options))
+        if per_value:
+            shape = (1, rows, HV, V) if packed else (rows, 1, HV, V)
+            x["beta"] = torch.randn(shape, generator=gen)
+        o_ref, dense = upstream(**x, initial_state=dense, output_final_state=True)
+        o, state = bound(**x, initial_state=cache[0]["recurrent_state"], output_final_state=True)
+        assert (state is cache[0]["recurrent_state"]) != per_value, step  # per-V β: FLA's dense state comes back
+        cache.update(recurrent_state=state, layer_idx=0, offset=1)
+        assert max_abs(o, o_ref) <= 1e-5, step
+        assert rel_err(cache.materialize(0), dense) <= 1e-5, step
+        assert cache.deltalog_layers[0].length.tolist() == [0 if per_value else 1 + (step == 3)] * rows, step
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_calls_the_log_does_not_cover_run_fla_on_the_dense_state(family):
-    """Two tokens per row, a packed row without a token, or output_final_state=False: FLA's kernel runs on the
-    materialised state; a returned state restarts the log, and use_cache=False leaves the cache untouched."""
+    """Two tokens per row, a packed row without a token, or output_final_state=False (with one token per row too:
+    dropping that condition from the one-token path was not caught, 73rd review): FLA's kernel runs on the
+    materialised state; a returned state restarts the log, and use_cache=False returns no state and leaves the cache
+    (state and log) untouched."""
     spec = FLA_FAMILIES[family]
     patch_fla()
     bound = getattr(importlib.import_module(spec.module), spec.recurrent)
@@ -225,6 +256,15 @@ def test_calls_the_log_does_not_cover_run_fla_on_the_dense_state(family):
     o, state = bound(**one, initial_state=cache[0]["recurrent_state"], output_final_state=True)  # one DeltaLog step
     _, dense = upstream(**one, initial_state=dense, output_final_state=True)
     cache.update(recurrent_state=state, layer_idx=0, offset=1)
+    # one token per row with output_final_state=False (use_cache=False): FLA's kernel on the dense state, nothing
+    # stored (without the output_final_state condition the DeltaLog step ran here, advanced the buffers and
+    # returned the handle where FLA returns None)
+    lone = _inputs(family, 2, False, torch.Generator().manual_seed(3), **dict(options))
+    before, length = cache.materialize(0).clone(), cache.deltalog_layers[0].length.clone()
+    o_ref, none = upstream(**lone, initial_state=dense.clone(), output_final_state=False)
+    o, state = bound(**lone, initial_state=cache[0]["recurrent_state"], output_final_state=False)
+    assert state is None and none is None and max_abs(o, o_ref) <= 1e-5
+    assert torch.equal(cache.materialize(0), before) and torch.equal(cache.deltalog_layers[0].length, length)
     two = {n: torch.cat([t, t.flip(0)], 1) if isinstance(t, torch.Tensor) and t.dim() >= 3 else t
            for n, t in _inputs(family, 2, False, gen, **dict(options)).items()}
     o, state = bound(**two, initial_state=cache[0]["recurrent_state"], output_final_state=False)

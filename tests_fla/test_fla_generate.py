@@ -387,6 +387,69 @@ def test_a_turn_of_only_new_tokens_keeps_the_consumed_ids_for_the_next_turn():
     assert torch.equal(generate_ours(model, right, cache, max_new_tokens=2, **kw), ref)
 
 
+ROW_OPERATIONS = [
+    # (the operation, the rows of the returned ids the kept rows are NOT (refused), the rows they are (accepted))
+    ("reorder_cache", lambda cache: cache.reorder_cache(torch.tensor([1, 0])), [0, 1], [1, 0]),
+    ("batch_repeat_interleave", lambda cache: cache.batch_repeat_interleave(2), [1, 1, 0, 0], [0, 0, 1, 1]),
+    ("batch_select_indices", lambda cache: cache.batch_select_indices([1]), [0], [1]),
+]
+
+
+@pytest.mark.parametrize("name,operation,wrong_rows,right_rows", ROW_OPERATIONS, ids=[c[0] for c in ROW_OPERATIONS])
+def test_a_row_operation_between_turns_carries_the_record_of_consumed_ids(name, operation, wrong_rows, right_rows):
+    """reorder_cache / batch_repeat_interleave / batch_select_indices between two turns rearrange the record of the ids
+    the cache consumed with its rows. With that record left in the old row order, or dropped, the next turn's check
+    compared against the wrong rows or against nothing: the returned sequences in the old row order (which the
+    cache's rows no longer hold) were accepted and decoded from other rows' states, silently (73rd review's mutants:
+    no test failed). Pins: those ids are refused before anything changes; the ids in the new row order are accepted
+    and decode FLA's own cache's tokens for that conversation."""
+    model = tiny_model("gated_deltanet", layers=1)
+    kw = dict(max_new_tokens=2, do_sample=False)
+    cache = DeltaLogCache(model, merge_interval=3)
+    out = generate_ours(model, prompt_ids(2, 4, seed=8), cache, max_new_tokens=3, do_sample=False)
+    held = cache.get_seq_length()
+    assert held == out.shape[1] - 1 and not torch.equal(out[0, :held], out[1, :held])
+    operation(cache)
+    more = prompt_ids(len(right_rows), 2, seed=9)
+    wrong = torch.cat([out[wrong_rows], more], 1)
+    with pytest.raises(ValueError, match=f"the first {held} input tokens differ from the {held} tokens"):
+        generate_ours(model, wrong, cache, **kw)
+    assert cache.get_seq_length() == held and cache.batch_size == len(right_rows)
+    right = torch.cat([out[right_rows], more], 1)
+    ref, _ = generate_ref(model, right, **kw)
+    assert torch.equal(generate_ours(model, right, cache, **kw), ref)
+
+
+def test_reset_after_a_beam_search_forgets_it():
+    """reset() forgets that the last generate ran a beam search. Kept, the mark made a cache filled again after the
+    reset by the model's own forward (a prefill outside generate) refuse its continuation as "from a beam search"
+    (73rd review's mutant: no test failed; a generate after the reset clears the mark at its end, so only tokens fed
+    by a forward show it). Pins: after a beam search and reset(), a plain generate and a whole-conversation
+    continuation of it, and a forward prefill continued by generate, give FLA's own cache's tokens."""
+    model = tiny_model("gated_deltanet", layers=1)
+    kw = dict(max_new_tokens=2, do_sample=False)
+    cache = DeltaLogCache(model, merge_interval=3)
+
+    def beam_search_then_reset():
+        cache.reset()
+        generate_ours(model, prompt_ids(1, 3, seed=0), cache, num_beams=2, max_new_tokens=3, do_sample=False)
+        assert cache.get_seq_length() > 0
+        cache.reset()
+
+    beam_search_then_reset()
+    ids = prompt_ids(1, 4, seed=8)
+    first = generate_ours(model, ids, cache, **kw)
+    assert torch.equal(first, generate_ref(model, ids, **kw)[0])
+    turn2 = torch.cat([first, prompt_ids(1, 2, seed=9)], 1)
+    assert torch.equal(generate_ours(model, turn2, cache, **kw), generate_ref(model, turn2, **kw)[0])
+    beam_search_then_reset()
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+    assert cache.get_seq_length() == ids.shape[1]
+    turn = torch.cat([ids, prompt_ids(1, 2, seed=10)], 1)
+    assert torch.equal(generate_ours(model, turn, cache, **kw), generate_ref(model, turn, **kw)[0])
+
+
 @pytest.mark.parametrize("family", ["gated_deltanet", "rwkv6"])
 def test_a_forward_interrupted_part_way_is_caught_at_the_next_generate(family):
     """An exception inside layer 1 during prefill leaves layer 0 holding the prompt and layer 1 nothing. FLA's own
