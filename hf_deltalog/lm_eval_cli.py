@@ -4,7 +4,7 @@
 imported in the same process. This entry imports it, then hands the arguments to lm-eval's CLI unchanged::
 
     python -m hf_deltalog.lm_eval_cli --model hf-cached \\
-        --model_args pretrained=eval/checkpoints/gdn-shakespeare,cache=deltalog,deltalog_backend=torch \\
+        --model_args pretrained=eval/checkpoints/gdn-shakespeare,cache=deltalog,deltalog_backend=torch,dtype=float32 \\
         --tasks shakespeare_next_line_mc --include_path eval/tasks --device cpu --batch_size 4 --limit 8
 
 On a CPU it first hides flash-linear-attention from transformers for a transformers checkpoint
