@@ -415,6 +415,21 @@ def test_launcher_errors(mutate, exc, match):
         fused_deltalog_gdn_decode(*args, **kw)
 
 
+@pytest.mark.parametrize("value", ["1", "true", "True", "ON", "yes", "y", "0", "", "2", "false", "off", " 1", "t"])
+def test_interpreting_reads_triton_interpret_as_triton_does(monkeypatch, value):
+    """``TRITON_INTERPRET=false`` (or ``off``, ``2``) was read as interpreting: the Triton backend was then allowed on
+    a CPU where Triton itself compiles for a GPU, and a GPU run registered the slower opaque op (76th review). Now the
+    value means what it means to Triton's own reader (``getenv_bool``, asked here in the same environment)."""
+    from triton._C.libtriton import getenv_bool
+
+    from hf_deltalog.kernels._op import interpreting
+
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert interpreting() is getenv_bool("TRITON_INTERPRET", False)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert interpreting() is False
+
+
 def test_cpu_requires_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="CUDA device"):

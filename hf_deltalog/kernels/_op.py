@@ -21,9 +21,14 @@ __all__ = [
 ]
 
 
+_TRITON_TRUE = ("1", "true", "on", "yes", "y")  # what Triton's getenv_bool reads as true, in any case, unstripped
+
+
 def interpreting() -> bool:
-    """Whether Triton runs under its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether Triton runs under its CPU interpreter: ``TRITON_INTERPRET`` read as Triton reads it (its
+    ``knobs.runtime.interpret``: ``1``, ``true``, ``on``, ``yes`` or ``y`` in any case; anything else, ``0``,
+    ``false``, ``off`` or ``2`` included, is not), without importing triton."""
+    return os.environ.get("TRITON_INTERPRET", "").lower() in _TRITON_TRUE
 
 
 OP_KIND = "custom_op" if (interpreting() or os.environ.get("HF_DELTALOG_OPAQUE_OP", "0") == "1") else "triton_op"
