@@ -139,6 +139,11 @@ def test_rollout_matches_fp64_recurrence():
     (lambda a: a.__setitem__(5, a[5].transpose(-1, -2).contiguous().transpose(-1, -2)), ValueError,
      r"base must be contiguous.*got strides \(\d+, \d+, 1, \d+\) for shape \(2, \d+, 16, 8\)"),
     (lambda a: a.__setitem__(6, a[6].to("meta")), ValueError, r"one device; got \['cpu', 'meta'\]"),
+    # (a mutation test, 76th review: dropping any of these checks failed no test; a strided input is read wrongly)
+    *[(lambda a, i=i: a.__setitem__(i, torch.cat([a[i], a[i]], -1)[..., ::2]), ValueError,
+       f"{name} must have unit stride") for i, name in enumerate("qkvg")],
+    (lambda a: a.__setitem__(1, a[1].bfloat16()), TypeError, "q and k must have the same dtype"),
+    (lambda a: a.__setitem__(4, a[4][..., None]), ValueError, r"beta must have shape \(2, 1, 1\)"),
 ])
 def test_launcher_errors(bad, error, match):
     B, Hk, HV, K, V, M = 2, 1, 1, 16, 8, 3
