@@ -71,6 +71,32 @@ def test_loop_stops_on_eos_like_generate(kind):
     assert torch.equal(out.sequences, ref)
 
 
+def test_a_row_whose_first_token_is_eos_and_the_pad_token_from_several_eos_ids_follow_generate():
+    """A row whose first generated token (the prefill's) is EOS pads from the next step, and with no pad token the
+    pad is the first of several EOS ids, as generate does (a mutation test, 76th review: a loop that let the prefill's
+    EOS through, and one padding with the last EOS id, both failed no test). Also: time_steps=True times every decode
+    step after the first token."""
+    model = copy.deepcopy(tiny_model("qwen3_5"))  # tiny_model is cached: its generation_config is changed here
+    ids, mask = padded_prompt()
+    with torch.no_grad():
+        free = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, eos_token_id=None)
+    first, later = int(free[0, 7]), int(free[1, 9])
+    assert first != later
+    model.generation_config.pad_token_id = None
+    eos = [first, later]
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, eos_token_id=eos)
+    out = graph_generate(model, ids, mask, cache=make_cache("deltalog", model, 7 + 6), max_new_tokens=6,
+                         eos_token_id=eos, capture=False, time_steps=True)
+    assert ref[0, 7] == first and (ref[0, 8:] == first).all()  # padded with the first EOS id
+    assert torch.equal(out.sequences, ref)
+    assert len(out.step_ms) == out.sequences.shape[1] - 7 - 1 and all(t >= 0 for t in out.step_ms)
+    model.generation_config.forced_bos_token_id = 5  # acts on a one-token prompt: refused (accepted after more)
+    with pytest.raises(ValueError, match="forced_bos_token_id"):
+        graph_generate(model, prompt_ids(3, 1), cache=make_cache("deltalog", model, 8), max_new_tokens=4,
+                       capture=False)
+
+
 class HostReads(TorchDispatchMode):
     """Records every op that reads a device value on the host or has a data-dependent output shape."""
 
@@ -411,6 +437,8 @@ def test_argument_types_are_checked():
         graph_generate(None, prompt_ids(2, 6), cache=cache, max_new_tokens=2, capture=False)
     with pytest.raises(TypeError, match="time_steps must be True or False; got 'no'"):
         graph_generate(model, prompt_ids(2, 6), cache=cache, max_new_tokens=2, capture=False, time_steps="no")
+    with pytest.raises(TypeError, match="eos_token_id must be an int, a list of ints or a tensor of them; got True"):
+        graph_generate(model, prompt_ids(2, 6), cache=cache, max_new_tokens=2, capture=False, eos_token_id=True)
     for bad in ("x", -3, 2.5, True):
         with pytest.raises(TypeError, match=f"warmup_steps must be an int ≥ 0 .*got {bad!r}"):
             graph_generate(model, prompt_ids(2, 6), cache=cache, max_new_tokens=2, capture=False, warmup_steps=bad)
