@@ -2013,6 +2013,20 @@ def test_row_selection_reads_bool_lists_as_masks_and_refuses_empty_or_out_of_ran
     assert cache.batch_size == 2 and torch.equal(cache.materialize(np.int64(0)), state[:1].expand(2, -1, -1, -1))
 
 
+def test_the_triton_backend_is_refused_only_for_a_model_with_no_cuda_or_meta_parameter(monkeypatch):
+    """check_kernel_dtype refuses backend='triton' for a CPU model (the interpreter off), but not for a model a
+    device_map split, whose first parameters (the embeddings) may be on the CPU and the rest on a GPU or, loading,
+    on the meta device (a mutation test, 76th review: a check of the first parameter alone failed no test)."""
+    import hf_deltalog.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "interpreting", lambda: False)
+    split = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2, device="meta"))
+    cache_module.check_kernel_dtype("triton", split, "backend='torch'")
+    cache_module.check_kernel_dtype("torch", torch.nn.Linear(2, 2), "backend='torch'")
+    with pytest.raises(ValueError, match="the model's parameters are on cpu"):
+        cache_module.check_kernel_dtype("triton", torch.nn.Linear(2, 2), "backend='torch'")
+
+
 def test_plan_is_a_query_that_never_locks_the_cache():
     """layer.plan(...) is documented as a query, but its refusal (backend='triton' on the CPU without the
     interpreter) went through the cache's reject and locked it: every later forward was refused until reset()."""

@@ -430,6 +430,18 @@ def test_interpreting_reads_triton_interpret_as_triton_does(monkeypatch, value):
     assert interpreting() is False
 
 
+def test_launch_options_take_every_warp_count_triton_launches():
+    """1, 2, 4, 8 and 16 warps are accepted, 3 and 32 refused (a mutation test, 76th review: refusing 16 failed no
+    test)."""
+    from hf_deltalog.kernels._op import check_launch_options
+
+    for warps in (1, 2, 4, 8, 16, np.int64(16)):
+        check_launch_options(8, warps)
+    for warps in (3, 32):
+        with pytest.raises(ValueError, match=rf"num_warps must be one of 1, 2, 4, 8, 16 .*; got {warps}"):
+            check_launch_options(None, warps)
+
+
 def test_cpu_requires_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="CUDA device"):
