@@ -77,6 +77,24 @@ def test_cached_scoring_of_mixed_lengths_truncation_and_greedy_flags(cache):
                                rtol=1e-5, atol=1e-4)
 
 
+def test_generation_records_hold_each_context_without_its_padding():
+    """generate_until batches contexts of different lengths with left padding; each generation record must hold the
+    ids the model was given for its row, without the pads, or explain_difference finds no record for the context
+    (a mutation test, 76th review: records with the pads failed no test). The generations equal the default cache's."""
+    from lm_eval.api.instance import Instance
+
+    kw = dict(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=4)
+    lm = CachedHFLM(cache="deltalog", record_generations=True, **kw)
+    contexts = ["ROMEO:\nBut soft, what light", "JULIET:\nO"]
+    requests = [Instance(request_type="generate_until", doc={}, idx=0,
+                         arguments=(c, dict(until=["\n\n"], max_gen_toks=3, do_sample=False))) for c in contexts]
+    ours = lm.generate_until(requests, disable_tqdm=True)
+    records = list(lm.generation_records)
+    assert sorted(r["context"] for r in records) == sorted(lm.tok_encode(c) for c in contexts)
+    assert len({len(r["context"]) for r in records}) == 2  # one batch of two lengths
+    assert ours == HFLM.generate_until(CachedHFLM(cache="default", **kw), requests, disable_tqdm=True)
+
+
 def test_unknown_cache_and_auto_batch_are_refused():
     with pytest.raises(ValueError, match="cache must be one of"):
         CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, cache="static")
@@ -390,6 +408,8 @@ def test_parity_script_refuses_bad_limits_and_fails_on_skipped_tasks(tmp_path, c
     report = json.loads((tmp_path / "parity.json").read_text())
     assert "nosuch_task_xyz" in report["checkpoints"][0]["skipped"]
     assert "shakespeare_next_line_mc" in report["checkpoints"][0]["tasks"]
+    # the table says so too (a mutation test, 76th review: a table without the skipped rows failed no test)
+    assert "| nosuch_task_xyz | skipped: " in (tmp_path / "parity.md").read_text()
 
 
 def test_lm_eval_command_line_with_hf_cached(tmp_path):
