@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-from cli_types import positive_int  # noqa: E402
+from cli_types import deltalog_merge_interval, positive_int  # noqa: E402
 
 LOCAL_TASKS = HERE / "tasks"
 DEFAULT_TASKS = ("shakespeare_next_line_gen", "shakespeare_next_line_mc")
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    parser.add_argument("--merge-interval", type=positive_int, default=None,
+    parser.add_argument("--merge-interval", type=deltalog_merge_interval, default=None,
                         help="DeltaLog M, in [1, 1024] (default: the cache's own)")
     parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--out", type=Path, default=None, help="folder for parity.json and parity.md")
@@ -465,11 +465,6 @@ def main(argv: list[str] | None = None) -> dict:
             "separate calls: transformers' GDN / KDA layers need FLA hidden there (its kernels need a GPU, and its "
             "chunked kernels do not run under TRITON_INTERPRET=1 either), while FLA's own models need FLA importable")
     fla_hidden = on_cpu and not fla_ckpts and hide_fla_on_cpu(device)
-    from hf_deltalog.cache import MAX_MERGE_INTERVAL  # (after FLA is hidden: it imports transformers)
-
-    if args.merge_interval is not None and args.merge_interval > MAX_MERGE_INTERVAL:
-        parser.error(f"--merge-interval: must be an integer in [1, {MAX_MERGE_INTERVAL}] (DeltaLogCache's "
-                     f"merge_interval); got {args.merge_interval}")
     if args.fla_kernels == "auto":
         args.fla_kernels = "torch" if cpu_only else "fla"
     problem = args.out is not None and output_problem(args.out)  # results are written after the first task's runs
