@@ -386,6 +386,12 @@ class DeltaLogLayer(LinearAttentionLayer):
         # generate or forward means a forward stopped inside the layer, with its conv window already moved.
         self._in_step = False
         self._act_dtype: torch.dtype | None = None  # dtype of the last conv columns the model passed
+        # Past recording with kept recurrent states (transformers >= 5.25's assisted generation): the model hands a
+        # multi-token forward's last states to update_recurrent_state; `_history[-n]` is the dense state before the
+        # forward's last n tokens, valid while the layer holds `_history_seen` tokens (any later step drops it).
+        self.recurrent_states_to_keep = 0
+        self._history: list[torch.Tensor] = []
+        self._history_seen = -1
 
     # ------------------------------------------------------------------ buffers
     def _tensors(self) -> dict[str, torch.Tensor]:
@@ -531,10 +537,27 @@ class DeltaLogLayer(LinearAttentionLayer):
                 "a model with another configuration; build the cache from the model that uses it")
 
     # ------------------------------------------------------------------ transformers' layer API
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, recurrent_states_to_keep: int | None = None, **kwargs: Any) -> None:
         """transformers' past recording (the conv states keep their columns until a crop); also tells the cache, whose
-        static attention layers then return only their filled slots (see ``DeltaLogCache._unmasked_static_slots``)."""
+        static attention layers then return only their filled slots (see ``DeltaLogCache._unmasked_static_slots``).
+
+        ``recurrent_states_to_keep`` (transformers >= 5.25: assisted generation passes its draft length): make a
+        multi-token forward's last ``n`` tokens croppable, ``n`` up to that number. The model then computes the
+        states after each of those tokens (``cache.get_recurrent_states_to_keep``: one more than asked, so that the
+        state before the ``n``-th last token is among them) and hands them to :meth:`update_recurrent_state`, which
+        keeps them until the next step. Tokens of one-token steps are croppable from the log, as without it. Other
+        keyword arguments are ignored (transformers' attention layers take none).
+
+        Raises:
+            TypeError / ValueError: ``recurrent_states_to_keep`` not None or an int ``≥ 0``.
+        """
+        keep = 0 if recurrent_states_to_keep is None else recurrent_states_to_keep
+        if isinstance(keep, bool) or not isinstance(keep, numbers.Integral):
+            raise TypeError(f"recurrent_states_to_keep must be None or an int >= 0; got {recurrent_states_to_keep!r}")
+        if keep < 0:
+            raise ValueError(f"recurrent_states_to_keep must be None or an int >= 0; got {recurrent_states_to_keep}")
         super().activate_past_recording()
+        self.recurrent_states_to_keep = int(keep) + 1 if keep else 0
         self.status.recording = True
 
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
@@ -593,6 +616,15 @@ class DeltaLogLayer(LinearAttentionLayer):
         """Take the dense state a prefill/continuation produced (restarting the log), or our own handle (no-op)."""
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+        self._history, self._history_seen = [], -1  # a step since the history was kept: its tokens are not the last
+        states: list[torch.Tensor] = []
+        if isinstance(recurrent_states, (list, tuple)):
+            # transformers >= 5.25 with kept recurrent states: the states after each of the forward's last tokens
+            if not recurrent_states or not all(isinstance(t, torch.Tensor) for t in recurrent_states):
+                raise TypeError("recurrent states handed as a list must be a non-empty list of tensors (the states "
+                                "after each of a forward's last tokens); got "
+                                f"{[type(t).__name__ for t in recurrent_states]}")
+            states, recurrent_states = list(recurrent_states[:-1]), recurrent_states[-1]
         if isinstance(recurrent_states, DeltaLogState):
             if recurrent_states is not self.handle:
                 raise self.status.reject(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
@@ -643,11 +675,28 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._log_start = self._seen
         self._pending = 0
         self._in_step = False
+        if states and self.record_past and self.recurrent_states_to_keep:
+            expected = tuple(recurrent_states.shape)
+            if any(tuple(t.shape) != expected for t in states):
+                raise self.status.reject(
+                    f"layer {self.layer_idx}: the kept recurrent states have shapes "
+                    f"{sorted({tuple(t.shape) for t in states})}, the last one {expected}: they must all be alike")
+            self._history, self._history_seen = [t.to(torch.float32) for t in states], self._seen
         return self.handle
 
     def seen_tokens(self) -> int:
         """Tokens this layer consumed (reads the device counter in static mode: not for the decode path)."""
         return self._seen + self.decoded_steps()
+
+    def get_seq_length(self) -> int:
+        """Tokens this layer consumed (:meth:`seen_tokens`). transformers 5.25's linear-attention layers count them in a
+        tensor (``cumulative_length_linear``), which this layer holds because upstream's methods update it, but does
+        not read: it misses the steps this layer counts itself (:meth:`increase_count`)."""
+        return self.seen_tokens()
+
+    def increase_count(self, state_idx: int = 0) -> None:
+        """transformers 5.25's hook for a one-token step that updates the conv window in place: a no-op here, as the
+        layer counts a step's tokens when the step stores its recurrent state (:meth:`update_recurrent_state`)."""
 
     def decoded_steps(self) -> int:
         """Static mode: decode steps since the last prefill, crop or reset (a host read of the device counter);
@@ -779,6 +828,7 @@ class DeltaLogLayer(LinearAttentionLayer):
                     self.conv_states[i].copy_(fn(self.conv_states[i]))
                 else:
                     self.conv_states[i] = fn(self.conv_states[i])
+        self._history = [fn(t) for t in self._history]  # kept recurrent states (past recording): rows too
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Gather every per-row tensor (base, log, counters, conv states) by ``beam_idx`` ``[B]``, in place."""
@@ -810,6 +860,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._pending = 0
         self._in_step = False
         self.staggered = False
+        self._history, self._history_seen = [], -1
 
     def offload(self) -> None:
         """Move conv states and DeltaLog buffers to the CPU (transformers' offloading)."""
@@ -830,7 +881,8 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     # ------------------------------------------------------------------ crop
     def check_crop(self, tokens: int) -> None:
-        """Raise ValueError unless the last ``tokens`` tokens of every row are still in the log."""
+        """Raise ValueError unless the last ``tokens`` tokens of every row are still in the log, or are the last tokens
+        of a multi-token forward whose states before them past recording kept (``recurrent_states_to_keep``)."""
         if tokens == 0:
             return
         crop = _count(tokens, "token")
@@ -850,6 +902,17 @@ class DeltaLogLayer(LinearAttentionLayer):
         # is staggered (restart_log) and it has not merged since the restart: no more than the decoded tokens since
         # the restart, nor than its length.
         live = min(int(self.length.min()), seen - self._log_start)
+        from_history = self._history_seen == seen and tokens > live
+        if from_history:
+            # the last forward fed several tokens and the model handed the states after its last ones (transformers
+            # >= 5.25 with kept recurrent states): the dense state before its last len(history) tokens is kept
+            if tokens > len(self._history):
+                raise ValueError(
+                    f"cannot crop {crop} exactly: layer {self.layer_idx}'s last forward fed several tokens, and past "
+                    f"recording kept the states before its last {_count(len(self._history), 'token')} only "
+                    f"(activate_past_recording(recurrent_states_to_keep=...) sets how many; the state before a "
+                    "forward's first token is not kept)")
+            live = tokens
         if tokens > live:
             # Blame the staggered phases only where rows merging together would have kept the tokens: an aligned
             # row holds the (seen - _log_start) mod M tokens decoded since its last merge.
@@ -871,8 +934,9 @@ class DeltaLogLayer(LinearAttentionLayer):
             )
         # Windows rebuilt from past recording (all of them without crop_ring, the extra ones with it) are slices of
         # the recorded columns: they must hold the cropped tokens and a whole window before them. Families whose
-        # decode step updates the conv state in place (KDA's) keep a fixed width, rolled by each step: this can fail.
-        for i in range(0 if not self.crop_ring else 1, self.number_of_states):
+        # decode step updates the conv state in place (KDA's with transformers 5.24) keep a fixed width, rolled by
+        # each step: this can fail.
+        for i in range(0 if not self.crop_ring or from_history else 1, self.number_of_states):
             if self.is_conv_states_initialized[i]:
                 have, need = self.conv_states[i].shape[-1], tokens + self.conv_kernel_size[i]
                 # A history holding every token the layer saw is complete: the window before the cropped tokens is
@@ -888,7 +952,8 @@ class DeltaLogLayer(LinearAttentionLayer):
                         f"{self.conv_kernel_size[i]} before them). Past recording keeps the columns since the last "
                         "prefill, multi-token forward or crop (a crop keeps only the window, as transformers' does; a "
                         "prompt shorter than the window is padded to it), and a model whose decode step updates the "
-                        "conv state in place, as the KDA families do, keeps a fixed number of columns (that width), "
+                        "conv state in place, as the KDA families do with transformers 5.24, keeps a fixed number of "
+                        "columns (that width), "
                         "rolling with each decoded token. Build the cache with DeltaLogCache(..., crop_ring=True) to "
                         "crop any token still in the log"
                     )
@@ -908,6 +973,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         W = self.conv_kernel_size[0]
         if n > 0 and self.static:
             self._fold_decoded()
+        if self._history_seen == self.seen_tokens() and n > min(int(self.length.min()), self._seen - self._log_start):
+            self._crop_to_kept_state(n)
+            return
         if n > 0:
             self.length.sub_(n)
             # ℓ̄ of the kept log: the sum of its entries' own log-decays, oldest first (as the steps added them)
@@ -936,6 +1004,23 @@ class DeltaLogLayer(LinearAttentionLayer):
                     self.conv_states[i] = self._recorded_window(i, n)
         else:
             self.conv_states[0][..., -W:].copy_(window)
+
+    def _crop_to_kept_state(self, n: int) -> None:
+        """``crop`` of ``n`` tokens of a multi-token forward (checked by :meth:`check_crop`): the base becomes the kept
+        dense state before them and the log restarts; the conv windows come from the recorded columns (past
+        recording is on whenever states are kept), and ``crop_ring``'s ring is seeded from them."""
+        state = self._history[-n]
+        self.base.copy_(state.transpose(-1, -2) if self.state_v_first else state)
+        self.staggered = restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
+                                     self.stagger_merges)
+        for i in range(self.number_of_states):
+            if self.is_conv_states_initialized[i]:
+                self.conv_states[i] = self._recorded_window(i, n)
+        if self.crop_ring:
+            self._seed_conv_ring()
+        self._seen -= n
+        self._log_start = self._seen
+        self._history, self._history_seen = [], -1
 
     def _recorded_window(self, i: int, n: int) -> torch.Tensor:
         """Conv state ``i``'s window before its last ``n`` recorded columns: the last ``w_i`` of them. A ``[B, D, W]``
@@ -1484,7 +1569,7 @@ class DeltaLogCache(DynamicCache):
                              "before generating with a DeltaLogCache")
         check_kernel_dtype(self.backend, model, "backend='torch' (or 'auto', which picks it)")
         on_cpu = param is not None and param.device.type == "cpu"
-        if on_cpu and runs_fla_kernels(self.model_type):
+        if on_cpu and runs_fla_kernels(self.model_type, "cpu"):
             raise ValueError(
                 "this model runs on the CPU, but transformers bound its linear-attention layers to flash-linear-"
                 "attention's Triton kernels (FLA is installed), which need a GPU and fail here with any cache ("
@@ -1752,10 +1837,16 @@ class DeltaLogCache(DynamicCache):
 
     # ------------------------------------------------------------------ lengths
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Tokens held. Hybrid configs ask their attention layers; pure linear-attention configs count tokens."""
-        if self._has_attention() or layer_idx >= len(self.layers):
-            return super().get_seq_length(layer_idx)
-        return self.deltalog_layers[0].seen_tokens()
+        """Tokens held. Hybrid configs ask an attention layer (``layer_idx``'s, or the first one when ``layer_idx`` is a
+        linear-attention layer: a device tensor for static layers, no host read); pure linear-attention configs
+        count tokens."""
+        if layer_idx >= len(self.layers):
+            return 0
+        if not self._has_attention():
+            return self.deltalog_layers[0].seen_tokens()
+        if isinstance(self.layers[layer_idx], DeltaLogLayer):
+            layer_idx = next(i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin))
+        return self.layers[layer_idx].get_seq_length()
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
         """``(kv_length, kv_offset)`` for building the attention mask of a forward of ``query_length`` tokens:

@@ -9,7 +9,21 @@ import torch
 import transformers
 from transformers import DynamicCache, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from transformers.cache_utils import DynamicSlidingWindowLayer
-from utils import FAMILIES, GDN, KDA_FAMILIES, MOE, PAD, _drop, family_config, max_abs, prompt_ids, rel_err, tiny_model
+from utils import (
+    FAMILIES,
+    GDN,
+    KDA_FAMILIES,
+    MOE,
+    PAD,
+    TRANSFORMERS_5_25,
+    _drop,
+    family_config,
+    max_abs,
+    prompt_ids,
+    record_past,
+    rel_err,
+    tiny_model,
+)
 
 import hf_deltalog
 from hf_deltalog import DeltaLogCache, DeltaLogLayer
@@ -1760,8 +1774,10 @@ def test_crop_without_conv_history_raises_and_changes_nothing():
 
 @pytest.mark.parametrize("family", KDA_FAMILIES)
 def test_crop_past_recorded_conv_window_too_short_raises_and_changes_nothing(family):
-    """KDA families update the conv state in place, so past recording keeps only the prefill's columns (8 here): a
-    crop whose window would start before them is refused untouched; the ring crops the same tokens exactly."""
+    """With transformers 5.24 the KDA families' one-token step updates the conv state in place, so past recording
+    keeps only the prefill's columns (8 here): a crop whose window would start before them is refused untouched; the
+    ring crops the same tokens exactly. transformers 5.25's step stores its columns while recording (13 here): the
+    crop is exact from the recording too."""
     model = tiny_model(family)
     ids = prompt_ids(2, 8)
     cache = DeltaLogCache(model, merge_interval=8)
@@ -1769,20 +1785,27 @@ def test_crop_past_recorded_conv_window_too_short_raises_and_changes_nothing(fam
     decode(model, cache, forward(model, ids, cache), 5)  # 5 entries in the log
     layer = cache.deltalog_layers[0]
     W, have = layer.conv_kernel_size[0], layer.conv_states[0].shape[-1]
-    assert have == 8 and 5 + W > have  # the case under test: the recorded columns cannot hold the window
-    before = _crop_snapshot(cache)
-    with pytest.raises(ValueError, match=rf"holds 8 columns, and rebuilding its window needs {5 + W}.*crop_ring=True"):
+    ref = DeltaLogCache(model, merge_interval=8)
+    forward(model, ids, ref)
+    nxt = prompt_ids(2, 1, seed=7)
+    if TRANSFORMERS_5_25:
+        assert have == 13
         cache.crop(-5)
-    assert cache.get_seq_length() == 13
-    _assert_unchanged(cache, before)
+        assert cache.get_seq_length() == 8
+        assert max_abs(forward(model, nxt, cache), forward(model, nxt, copy.deepcopy(ref))) <= 1e-5
+    else:
+        assert have == 8 and 5 + W > have  # the case under test: the recorded columns cannot hold the window
+        before = _crop_snapshot(cache)
+        with pytest.raises(ValueError,
+                           match=rf"holds 8 columns, and rebuilding its window needs {5 + W}.*crop_ring=True"):
+            cache.crop(-5)
+        assert cache.get_seq_length() == 13
+        _assert_unchanged(cache, before)
     # The same crop with the ring, against a fresh cache fed the 8 kept tokens.
     ring = DeltaLogCache(model, merge_interval=8, crop_ring=True)
     first = forward(model, ids, ring)
     decode(model, ring, first, 5)
     ring.crop(-5)
-    ref = DeltaLogCache(model, merge_interval=8)
-    forward(model, ids, ref)
-    nxt = prompt_ids(2, 1, seed=7)
     assert max_abs(forward(model, nxt, ring), forward(model, nxt, ref)) <= 1e-5
 
 
@@ -1919,7 +1942,9 @@ def test_materialize_and_dtype_contract_with_a_bf16_model():
 def test_memory_footprint_counts_every_buffer(crop_ring):
     model = tiny_model("qwen3_5")
     cache = DeltaLogCache(model, merge_interval=8, crop_ring=crop_ring)
-    assert cache.memory_footprint() == 0
+    # transformers 5.25's linear-attention layers hold an int64 token count (cumulative_length_linear) from the start
+    upstream_count = 8 if TRANSFORMERS_5_25 else 0
+    assert cache.memory_footprint() == 2 * upstream_count
     forward(model, prompt_ids(2, 5), cache)
     B, Hk, HV, K, V, C = 2, 2, 4, 8, 16, 7
     conv_dim, W = 2 * Hk * K + HV * V, 4
@@ -1928,7 +1953,7 @@ def test_memory_footprint_counts_every_buffer(crop_ring):
     state = 4 * B * HV * K * V
     log = 4 * (B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B
     ring = (4 * B * (C + W) * conv_dim + 8 * B) if crop_ring else 0
-    per_linear = state + log + ring + 4 * B * conv_dim * W
+    per_linear = state + log + ring + 4 * B * conv_dim * W + upstream_count
     per_attention = 2 * 4 * B * 2 * 5 * 16  # keys and values [B, kv_heads=2, T=5, head_dim=16] fp32
     assert cache.memory_footprint() == 2 * per_linear + 2 * per_attention
     assert cache.memory_breakdown() == dict(state=2 * state, log=2 * log, workspace=0, crop_ring=2 * ring)
@@ -1946,7 +1971,7 @@ def test_memory_footprint_of_a_static_cache_counts_its_counters():
     conv_dim, W = 2 * Hk * K + HV * V, 4
     state = 4 * B * HV * K * V
     log = 4 * (B * HV + B * Hk * C * K + B * HV * C * V + B * HV * C) + 4 * B
-    per_linear = state + log + 4 * B * conv_dim * W
+    per_linear = state + log + 4 * B * conv_dim * W + (8 if TRANSFORMERS_5_25 else 0)  # 5.25: upstream's int64 count
     per_attention = 2 * 4 * B * 2 * 16 * 16 + 8  # static keys and values [B, 2, 16 slots, 16] fp32, their length
     step_counter = 8  # int64, one per device, shared by the linear layers
     assert cache.memory_footprint() == 2 * per_linear + 2 * per_attention + step_counter
@@ -2291,10 +2316,11 @@ def test_crop_after_a_prompt_shorter_than_the_conv_window(ring, past):
 def test_past_recording_with_a_prompt_shorter_than_the_conv_window_kda(family, ring):
     """Found by the 57th review (a differential fuzz): with past recording, a prompt shorter than the conv window left
     the KDA families' stored window short (transformers pads it only without recording), and their first decode step
-    failed in causal_conv1d_update ("Kernel size can't be greater than actual input size"; transformers' DynamicCache
-    fails the same way). The window is stored zero-padded now: decoding matches a cache without recording, and a crop
-    back into a 1-token prompt's window (which the recording then holds whole) continues as a default cache fed the
-    kept tokens; a crop past the recorded width stays refused with the documented message."""
+    failed in causal_conv1d_update ("Kernel size can't be greater than actual input size"; transformers 5.24's
+    DynamicCache fails the same way). The window is stored zero-padded now: decoding matches a cache without
+    recording, and a crop back into a 1-token prompt's window (which the recording then holds whole) continues as a
+    default cache fed the kept tokens; with transformers 5.24 a crop past the recorded width stays refused with the
+    documented message (5.25's one-token step records its columns, and the crop is exact)."""
     model = tiny_model(family)
     steps = [prompt_ids(1, 1, seed=50 + i) for i in range(3)]
     for length in (1, 2, 3):
@@ -2304,7 +2330,8 @@ def test_past_recording_with_a_prompt_shorter_than_the_conv_window_kda(family, r
         plain = DeltaLogCache(model, merge_interval=8)
         for x in [prompt, *steps]:
             assert max_abs(forward(model, x, cache), forward(model, x, plain)) == 0
-        if length > 1 and not ring:  # the recording holds 4 columns, not the whole history
+        # transformers 5.24: the recording holds 4 columns, not the whole history (5.25's step stores its columns)
+        if length > 1 and not ring and not TRANSFORMERS_5_25:
             with pytest.raises(ValueError, match=r"cannot crop 2 tokens: layer \d+'s recorded conv state 0 holds 4 "
                                                  r"columns.*crop_ring=True"):
                 cache.crop(-2)
@@ -2603,7 +2630,7 @@ def test_crop_ring_with_past_recording_follows_a_dtype_change(switch):
         model = copy.deepcopy(tiny_model("qwen3_5")).to(first_dtype)
         cache = DynamicCache(config=model.config) if kind == "dynamic" else \
             DeltaLogCache(model, backend="torch", merge_interval=8, crop_ring=True)
-        cache.activate_past_recording()
+        record_past(cache)  # transformers 5.25: its own caches need the count of kept states
         with torch.no_grad():
             first = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
             model.to(second_dtype)

@@ -6,6 +6,11 @@ import functools
 
 import torch
 import transformers
+from packaging.version import Version
+
+# transformers 5.25: assisted generation for linear-attention models (kept recurrent states), and the KDA families'
+# one-token step honours past recording (it stores its conv columns instead of updating the window in place).
+TRANSFORMERS_5_25 = Version(transformers.__version__) >= Version("5.25")
 
 VOCAB = 96
 PAD, BOS, EOS = 0, 1, 2
@@ -125,3 +130,13 @@ def live_slots(log: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
     part of the logical state; the KDA and RWKV6 kernels use the decay slots that a merge makes stale as scratch)."""
     keep = torch.arange(log.shape[2])[None, :] < length[:, None].long()  # [B, C]
     return torch.where(keep[:, None, :, None], log, torch.zeros((), dtype=log.dtype))
+
+
+def record_past(cache) -> None:
+    """``cache.activate_past_recording()``, keeping no recurrent states. transformers 5.25's own caches need the count
+    spelled out (their linear-attention layers store ``None`` without it, and the models' ``min(None, seq_len)``
+    fails); 5.24's take no argument."""
+    if TRANSFORMERS_5_25:
+        cache.activate_past_recording(recurrent_states_to_keep=0)
+    else:
+        cache.activate_past_recording()

@@ -180,8 +180,17 @@ def _import_family(spec: FamilySpec):
     return module
 
 
+def call_signature(fn: Callable) -> inspect.Signature:
+    """The signature a call of ``fn`` binds to. transformers 5.25 wraps its recurrences in the ``kernels`` package's
+    function modules (``torch.nn.Module`` instances whose ``__call__`` takes ``*args, **kwargs``): those are read
+    through their ``forward``."""
+    return inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn)
+
+
 def _recurrent_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
-    @functools.wraps(upstream)
+    # updated=(): an upstream that is a function module (transformers 5.25) must not lend its __dict__ (parameters,
+    # submodules, hooks) to the dispatcher
+    @functools.wraps(upstream, updated=())
     def deltalog_recurrent(query, key, value, g=None, beta=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, **kwargs):
         from hf_deltalog.cache import DeltaLogState, no_backward_through_state
@@ -202,9 +211,9 @@ def _chunk_dispatcher(upstream: Callable, spec: FamilySpec) -> Callable:
     call is otherwise handed to ``upstream`` exactly as it came. Arguments are read through ``upstream``'s own
     signature, so positional calls keep their meaning (transformers' torch functions take ``chunk_size`` before
     ``initial_state``, FLA's take ``scale``)."""
-    signature = inspect.signature(upstream)
+    signature = call_signature(upstream)
 
-    @functools.wraps(upstream)
+    @functools.wraps(upstream, updated=())
     def deltalog_chunk(*args, **kwargs):
         from hf_deltalog.cache import DeltaLogState, no_backward_through_state
 
@@ -535,18 +544,38 @@ def _bound(spec: FamilySpec) -> bool:
     return module is not None and all(_ours(getattr(module, name, None)) for name in (spec.recurrent, spec.chunk))
 
 
-def runs_fla_kernels(model_type: str) -> bool:
-    """Whether transformers bound the family's recurrences to flash-linear-attention's Triton kernels (it does when
-    FLA imports as the modeling module is imported: ``use_kernel_func_from_hub_with_fallback``), which need a GPU (or
-    ``TRITON_INTERPRET=1``). Reads the upstream functions' closures; False when the module is not imported."""
+def runs_fla_kernels(model_type: str, device_type: str = "cpu") -> bool:
+    """Whether the family's recurrences run flash-linear-attention's Triton kernels for inputs on ``device_type``
+    devices: transformers binds them to FLA's functions when FLA imports as the modeling module is imported
+    (``use_kernel_func_from_hub_with_fallback``). transformers 5.24 then calls FLA for inputs on any device (on a CPU
+    they fail); 5.25 calls it only for the device types it lists for FLA (CUDA and a few accelerators, not the CPU) and
+    its PyTorch path for the others. Read from the upstream functions' closures (5.25 wraps them in the ``kernels``
+    package's function modules: their ``forward``'s closure); False when the module is not imported."""
     spec = _resolve(model_type)
     module = sys.modules.get(spec.module)
-    for name in (spec.recurrent, spec.chunk):
-        for cell in getattr(_upstream_of(getattr(module, name, None)), "__closure__", None) or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            if callable(value) and str(getattr(value, "__module__", "")).startswith("fla."):
-                return True
-    return False
+    return any(_closure_runs_fla(_upstream_of(getattr(module, name, None)), device_type, depth=4)
+               for name in (spec.recurrent, spec.chunk))
+
+
+def _closure_runs_fla(fn: Any, device_type: str, depth: int) -> bool:
+    """Whether ``fn`` (a function, or a function module) closes over an FLA function and, when it also closes over a
+    ``supported_devices`` tuple (transformers 5.25), lists ``device_type`` there; looks ``depth`` closures deep."""
+    if isinstance(fn, torch.nn.Module):
+        fn = getattr(type(fn).forward, "__func__", type(fn).forward)
+    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+    if depth <= 0 or code is None or not closure:
+        return False
+    cells: dict[str, Any] = {}
+    for name, cell in zip(code.co_freevars, closure):
+        try:
+            cells[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    devices = cells.get("supported_devices")
+    if isinstance(devices, tuple) and device_type not in devices:
+        return False
+    for value in cells.values():
+        if callable(value) and str(getattr(value, "__module__", "")).startswith("fla."):
+            return True
+    return any(_closure_runs_fla(value, device_type, depth - 1) for value in cells.values()
+               if callable(value) and value is not fn)
