@@ -44,8 +44,8 @@ def test_reference_is_a_full_forward(family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fla_default_generate_drops_its_cache(family):
     """Documents why the reference and DeltaLogCache hand the cache over as past_key_values: FLA 0.6.0's own generate
-    under transformers 5.24 loses its cache after the prompt. If this starts failing, FLA (or transformers) fixed it,
-    and the adaptation in FLADeltaLogCache._generate_through can go."""
+    under transformers 5.24 and 5.25 loses its cache after the prompt. If this starts failing, FLA (or transformers)
+    fixed it, and the adaptation in FLADeltaLogCache._generate_through can go."""
     model, ids = tiny_model(family), prompt_ids(2, PROMPT)
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=3, **GREEDY)
