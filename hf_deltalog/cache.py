@@ -664,9 +664,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             # on the device of the layer that produced the state; planned again when the backend would change (a
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
             self._allocate(batch, recurrent_states.device)
-        self.base.copy_(recurrent_states.transpose(-1, -2) if self.state_v_first else recurrent_states)
-        self.staggered = restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
-                                     self.stagger_merges)
+        self._restart_from(recurrent_states)
         if self.crop_ring:
             self._seed_conv_ring()
         if self.static:
@@ -1005,14 +1003,18 @@ class DeltaLogLayer(LinearAttentionLayer):
         else:
             self.conv_states[0][..., -W:].copy_(window)
 
+    def _restart_from(self, state: torch.Tensor) -> None:
+        """Make the dense ``[B, HV, K, V]`` ``state`` the base (in its layout) and restart the log
+        (:func:`restart_log`)."""
+        self.base.copy_(state.transpose(-1, -2) if self.state_v_first else state)
+        self.staggered = restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
+                                     self.stagger_merges)
+
     def _crop_to_kept_state(self, n: int) -> None:
         """``crop`` of ``n`` tokens of a multi-token forward (checked by :meth:`check_crop`): the base becomes the kept
         dense state before them and the log restarts; the conv windows come from the recorded columns (past
         recording is on whenever states are kept), and ``crop_ring``'s ring is seeded from them."""
-        state = self._history[-n]
-        self.base.copy_(state.transpose(-1, -2) if self.state_v_first else state)
-        self.staggered = restart_log(self.log_decay, self.k_log, self.u_log, self.decay_log, self.length,
-                                     self.stagger_merges)
+        self._restart_from(self._history[-n])
         for i in range(self.number_of_states):
             if self.is_conv_states_initialized[i]:
                 self.conv_states[i] = self._recorded_window(i, n)
@@ -1845,7 +1847,7 @@ class DeltaLogCache(DynamicCache):
         if not self._has_attention():
             return self.deltalog_layers[0].seen_tokens()
         if isinstance(self.layers[layer_idx], DeltaLogLayer):
-            layer_idx = next(i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin))
+            return self._counted_layers[0][1].get_seq_length()  # the first attention layer
         return self.layers[layer_idx].get_seq_length()
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
