@@ -389,7 +389,9 @@ class DeltaLogLayer(LinearAttentionLayer):
         # Past recording with kept recurrent states (transformers >= 5.25's assisted generation): the model hands a
         # multi-token forward's last states to update_recurrent_state; `_history[-n]` is the dense state before the
         # forward's last n tokens, valid while the layer holds `_history_seen` tokens (any later step drops it).
+        # `recurrent_states_to_keep` (read by the model) is one more than `states_to_crop`, the tokens asked for.
         self.recurrent_states_to_keep = 0
+        self.states_to_crop = 0
         self._history: list[torch.Tensor] = []
         self._history_seen = -1
 
@@ -506,12 +508,19 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     @property
     def is_croppable(self) -> bool:
-        """Whether ``crop(-1)`` would put this layer back exactly now (transformers: "whether crop can put the layer
-        back as it was"): the last token is still in the log and the conv window can be rebuilt (``crop_ring`` or
-        past recording). False on an empty layer, right after a merge or prefill, and without either source of conv
-        columns. ``crop`` itself is exact for any count inside the log window and raises beyond it."""
+        """Whether ``crop`` can put this layer back as it was (transformers' question): True once the layer holds a
+        state, if ``crop(-1)`` would be exact now (the last token is still in the log and the conv window can be
+        rebuilt: ``crop_ring`` or past recording), or if past recording keeps the states of multi-token forwards
+        (``activate_past_recording(recurrent_states_to_keep=n ≥ 1)``). transformers >= 5.25 asks once, right after
+        assisted generation's first forward, and then crops only tokens of a multi-token forward just run: a first
+        forward of one token (a one-token prompt, or a continuation given its new token only) or one that merged
+        cannot be cropped itself, but every later crop is exact. False on an empty layer, and otherwise right after a
+        merge or prefill, or without a source of conv columns. ``crop`` itself is exact for any count it takes and
+        raises ``ValueError`` (changing nothing) beyond it."""
         if self.base is None:
             return False
+        if self.record_past and self.recurrent_states_to_keep:
+            return True
         try:
             self.check_crop(1)
         except ValueError:
@@ -551,13 +560,10 @@ class DeltaLogLayer(LinearAttentionLayer):
         Raises:
             TypeError / ValueError: ``recurrent_states_to_keep`` not None or an int ``≥ 0``.
         """
-        keep = 0 if recurrent_states_to_keep is None else recurrent_states_to_keep
-        if isinstance(keep, bool) or not isinstance(keep, numbers.Integral):
-            raise TypeError(f"recurrent_states_to_keep must be None or an int >= 0; got {recurrent_states_to_keep!r}")
-        if keep < 0:
-            raise ValueError(f"recurrent_states_to_keep must be None or an int >= 0; got {recurrent_states_to_keep}")
+        keep = _states_to_crop(recurrent_states_to_keep)
         super().activate_past_recording()
-        self.recurrent_states_to_keep = int(keep) + 1 if keep else 0
+        self.states_to_crop = keep
+        self.recurrent_states_to_keep = keep + 1 if keep else 0
         self.status.recording = True
 
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
@@ -1905,18 +1911,44 @@ class DeltaLogCache(DynamicCache):
 
     @property
     def is_croppable(self) -> bool:
-        """Whether ``crop(-1)`` would succeed now (transformers reads it as "crop can put the cache back as it was"):
-        every linear-attention layer holds its last token in the log and can rebuild its conv window, and every
-        sliding-window attention layer still holds the keys its window needs (:func:`check_sliding_window_crop`)."""
+        """Whether ``crop`` can put the cache back as it was (transformers' question): every linear-attention layer
+        says so (:attr:`DeltaLogLayer.is_croppable`: ``crop(-1)`` would be exact now, or past recording keeps the
+        states of multi-token forwards), and every sliding-window attention layer still holds the keys its window
+        needs for ``crop(-1)`` (:func:`check_sliding_window_crop`)."""
+        if not all(layer.is_croppable for layer in self.deltalog_layers):
+            return False
         try:
-            for layer in self.deltalog_layers:
-                layer.check_crop(1)
             for i, layer in enumerate(self.layers):
                 check_sliding_window_crop(i, layer, 1)
         except (ValueError, TypeError):
             return False
         return all(layer.is_croppable for layer in self.layers
                    if not isinstance(layer, (DeltaLogLayer, DynamicSlidingWindowLayer, StaticSlidingWindowLayer)))
+
+    def activate_past_recording(self, recurrent_states_to_keep: int | None = None, **kwargs: Any) -> None:
+        """transformers' past recording on every layer (see :meth:`DeltaLogLayer.activate_past_recording`), with
+        ``recurrent_states_to_keep`` checked before any layer changes.
+
+        Raises:
+            TypeError / ValueError: ``recurrent_states_to_keep`` not None or an int ``≥ 0`` (nothing changed).
+        """
+        _states_to_crop(recurrent_states_to_keep)
+        if recurrent_states_to_keep is None and not kwargs:
+            super().activate_past_recording()  # transformers 5.24's signature takes no argument
+        else:
+            super().activate_past_recording(recurrent_states_to_keep=recurrent_states_to_keep, **kwargs)
+
+    def get_recurrent_states_to_keep(self, layer_idx: int | None = None) -> int:
+        """transformers' count of recurrent states a recording layer keeps. For a layer (``layer_idx``, what the
+        model reads to decide how many states of a multi-token forward to compute), a DeltaLog layer's answer is one
+        more than the tokens it was asked to make croppable (see :meth:`DeltaLogLayer.activate_past_recording`). For
+        the whole cache (``layer_idx=None``, what ``generate`` reads to activate recording again with no fewer) it
+        is the largest ``recurrent_states_to_keep`` that :meth:`activate_past_recording` was given, so that passing it
+        back does not grow it."""
+        if layer_idx is not None:
+            return super().get_recurrent_states_to_keep(layer_idx)
+        return max((getattr(layer, "states_to_crop", getattr(layer, "recurrent_states_to_keep", 0)) or 0
+                    for i, layer in enumerate(self.layers) if self.is_recording_past(i)), default=0)
 
     # whether a call that may allocate or replace buffers ran under torch.inference_mode() since the last
     # _leave_inference_tensors (set by layer 0's first call of a forward, batch operations and crop)
@@ -2111,23 +2143,28 @@ class DeltaLogCache(DynamicCache):
                            interrupted)
 
     def _check_room(self, held: int, tokens: int | None, attention_mask: torch.Tensor | None,
-                    max_new_tokens: int | None) -> None:
+                    max_new_tokens: int | None, drafts_past_the_end: int = 0) -> None:
         """Called (through the patch) when ``generate`` starts: in static mode, raise ValueError when the attention
         slots (``max_cache_len`` per row) cannot hold the tokens this call feeds the cache: the ``held`` ones (as
         :meth:`_before_generate` read them), ``tokens`` new prompt tokens (ids or ``inputs_embeds``) and
         ``max_new_tokens − 1`` generated ones (the last generated token is never fed). ``max_new_tokens`` is what generate resolves (an explicit ``max_length`` or the capped default
         counted in; see ``hf_deltalog.patches.registry._new_tokens``; a call without ids or embeddings starts from one
-        BOS token, ``tokens`` = 1). Nothing to check outside static mode, when ``tokens`` is None, or when the call
-        generates nothing (generate says so itself)."""
+        BOS token, ``tokens`` = 1). ``drafts_past_the_end``: draft tokens that assisted generation's last forward may
+        feed beyond those (transformers' prompt lookup: ``prompt_lookup_num_tokens − 1``; the crop then removes them).
+        Nothing to check outside static mode, when ``tokens`` is None, or when the call generates nothing (generate
+        says so itself)."""
         if not self.static or tokens is None or max_new_tokens is None or max_new_tokens < 1:
             return
         only_new = held > 0 and attention_mask is not None and attention_mask.shape[1] != tokens
-        need = (held + tokens if only_new else tokens) + int(max_new_tokens) - 1
+        prompt = held + tokens if only_new else tokens
+        need = prompt + int(max_new_tokens) - 1 + drafts_past_the_end
         if need > self.max_cache_len:
+            drafts = (f" and up to {drafts_past_the_end} draft tokens past them (prompt lookup drafts up to "
+                      "prompt_lookup_num_tokens tokens, without a cap at the end)" if drafts_past_the_end else "")
             raise ValueError(
                 f"this static DeltaLogCache has room for {self.max_cache_len} tokens per row (max_cache_len), but this "
-                f"generate call feeds it up to {need} (a prompt of {need - int(max_new_tokens) + 1} and "
-                f"{max_new_tokens} new tokens, the last one never fed); build it with a larger max_cache_len"
+                f"generate call feeds it up to {need} (a prompt of {prompt} and {max_new_tokens} new tokens, the last "
+                f"one never fed{drafts}); build it with a larger max_cache_len"
             )
 
     def _after_generate(self, output: Any, beams: bool = False) -> None:
@@ -2429,6 +2466,20 @@ def consumed_ledger(ledger: torch.Tensor | None, sequences: torch.Tensor | None,
     if ledger is not None and ledger.shape == (rows, held - consumed.shape[1]) and ledger.shape[1] > 0:
         return torch.cat([ledger, consumed.to(ledger.device)], dim=1)
     return None
+
+
+def _states_to_crop(recurrent_states_to_keep: Any) -> int:
+    """``activate_past_recording``'s ``recurrent_states_to_keep`` (None or an int ≥ 0) as an int (None: 0).
+
+    Raises:
+        TypeError / ValueError: another type, or a negative int.
+    """
+    keep = 0 if recurrent_states_to_keep is None else recurrent_states_to_keep
+    if isinstance(keep, bool) or not isinstance(keep, numbers.Integral):
+        raise TypeError(f"recurrent_states_to_keep must be None or an int >= 0; got {recurrent_states_to_keep!r}")
+    if keep < 0:
+        raise ValueError(f"recurrent_states_to_keep must be None or an int >= 0; got {recurrent_states_to_keep}")
+    return int(keep)
 
 
 def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input_ids: torch.Tensor,

@@ -10,7 +10,7 @@ import torch
 import transformers
 from packaging.version import Version
 from transformers import DynamicCache
-from utils import FAMILIES, max_abs, prompt_ids, tiny_model
+from utils import FAMILIES, family_config, max_abs, prompt_ids, tiny_model
 
 from hf_deltalog import DeltaLogCache
 
@@ -142,3 +142,110 @@ def test_kept_states_count_one_more_than_the_croppable_tokens():
     assert layer.recurrent_states_to_keep == 4
     layer.activate_past_recording()
     assert layer.recurrent_states_to_keep == 0
+
+
+def _turn_one(model, cache, tokens=5):
+    """A first plain greedy turn on ``cache``; returns the conversation so far plus a second prompt that repeats, so
+    that prompt lookup drafts in the second turn."""
+    with torch.no_grad():
+        first = model.generate(REPEATING[:, :9], max_new_tokens=tokens, do_sample=False, cache=cache)
+    return torch.cat([first, torch.tensor([[9, 10, 11, 9, 10, 11, 9, 10]])], dim=1)
+
+
+@needs_kept_states
+@pytest.mark.parametrize("family, static", [("qwen3_5", False), ("qwen3_5", True), ("kimi_linear", False),
+                                            ("qwen4_exp", False)])
+@pytest.mark.parametrize("drafts", ["prompt_lookup", "assistant_model"])
+def test_an_assisted_continuation_takes_the_new_tokens_and_refuses_the_whole_conversation(family, static, drafts):
+    """transformers 5.25's assisted decoding does not cut the cached prefix off the ids on its first forward: given the
+    whole conversation it fed every cached token into the cache a second time (with no error, for the default cache
+    too). The whole-conversation form is refused before anything changes; the new-tokens form continues the cache
+    with the tokens of plain greedy generation over the whole conversation."""
+    model = tiny_model(family)
+    assist = ({"prompt_lookup_num_tokens": 3} if drafts == "prompt_lookup"
+              else {"assistant_model": tiny_model(family, seed=1)})
+    cache = DeltaLogCache(model, merge_interval=3, **({"static": True, "max_cache_len": 48} if static else {}))
+    conversation = _turn_one(model, cache)
+    held = int(cache.get_seq_length())
+    state = cache.materialize(cache.deltalog_layers[0].layer_idx).clone()
+    with torch.no_grad():
+        ref = model.generate(conversation, max_new_tokens=12, do_sample=False)
+        with pytest.raises(ValueError, match=rf"holds {held} tokens.*consumed twice.*Pass only the new tokens"):
+            model.generate(conversation, max_new_tokens=12, do_sample=False, cache=cache, **assist)
+        assert int(cache.get_seq_length()) == held
+        assert torch.equal(cache.materialize(cache.deltalog_layers[0].layer_idx), state)
+        new = conversation[:, held:]
+        counter = CropCounter(cache)
+        out = model.generate(new, attention_mask=torch.ones(1, conversation.shape[1], dtype=torch.long),
+                             max_new_tokens=12, do_sample=False, cache=cache, **assist)
+    assert counter.removed > 0, "no draft token was rejected: the test did not crop"
+    assert torch.equal(out[:, new.shape[1]:], ref[:, conversation.shape[1]:])
+    assert int(cache.get_seq_length()) == held + out.shape[1] - 1
+
+
+@needs_kept_states
+@pytest.mark.parametrize("family", ["qwen3_5", "kimi_linear"])
+@pytest.mark.parametrize("merge_interval", [1, 2])
+def test_assisted_generation_whose_first_forward_is_one_token(family, merge_interval):
+    """transformers asks ``is_croppable`` once, after the first forward, and then crops only tokens of multi-token
+    forwards, whose states are kept. A first forward of one token (a one-token prompt; a continuation given only the
+    last generated token, whose step may merge the log) cannot be cropped itself, and must not make the cache count as
+    not croppable (transformers' "Assisted decoding requires a cache that can be cropped" refusal)."""
+    model = tiny_model(family)
+    with torch.no_grad():
+        one = torch.tensor([[42]])
+        ref = model.generate(one, max_new_tokens=10, do_sample=False)
+        out = model.generate(one, max_new_tokens=10, do_sample=False, prompt_lookup_num_tokens=3,
+                             cache=DeltaLogCache(model, merge_interval=merge_interval))
+        assert torch.equal(out, ref)
+        for tokens in (5, 6, 7, 8):  # turn-one lengths: the one-token step that starts turn two merges or appends
+            cache = DeltaLogCache(model, merge_interval=merge_interval)
+            first = model.generate(REPEATING, max_new_tokens=tokens, do_sample=False, cache=cache)
+            ref = model.generate(first, max_new_tokens=10, do_sample=False)
+            out = model.generate(first[:, -1:], attention_mask=torch.ones_like(first), max_new_tokens=10,
+                                 do_sample=False, prompt_lookup_num_tokens=3, cache=cache)
+            assert torch.equal(out[:, 1:], ref[:, first.shape[1]:]), tokens
+
+
+@needs_kept_states
+def test_recurrent_states_to_keep_round_trips_through_the_cache():
+    """generate activates recording again with ``max(1, cache.get_recurrent_states_to_keep())``: the cache-wide count
+    is what was asked, so that the round trip does not grow it; a layer tells the model one more state to compute."""
+    cache = DeltaLogCache(tiny_model("qwen3_5"))
+    cache.activate_past_recording(recurrent_states_to_keep=3)
+    for _ in range(3):
+        assert cache.get_recurrent_states_to_keep() == 3
+        cache.activate_past_recording(recurrent_states_to_keep=max(1, cache.get_recurrent_states_to_keep()))
+    layer = cache.deltalog_layers[0]
+    assert cache.get_recurrent_states_to_keep(layer.layer_idx) == 4 and layer.states_to_crop == 3
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (1.5, TypeError)])
+def test_a_refused_recurrent_states_to_keep_changes_no_layer(bad, error):
+    """The cache checks the argument before any layer records: a sliding-window layer ahead of the first linear one
+    would otherwise keep every key from then on."""
+    config = family_config("lara_mini", layer_types=["sliding_attention", "linear_attention", "full_attention",
+                                                      "linear_attention", "sliding_attention"])
+    cache = DeltaLogCache(config)
+    with pytest.raises(error, match="recurrent_states_to_keep must be None or an int >= 0"):
+        cache.activate_past_recording(recurrent_states_to_keep=bad)
+    assert not any(getattr(layer, "record_past", False) for layer in cache.layers)
+
+
+@needs_kept_states
+def test_a_static_cache_needs_room_for_prompt_lookup_drafts_past_the_end():
+    """transformers 5.25's prompt lookup does not cap its drafts at max_length: the last forward may feed up to
+    ``prompt_lookup_num_tokens − 1`` tokens past what generate keeps (14 + 16 − 1 = 29 here, 33 with drafts of 5 on
+    this prompt). Refused up front, before anything changes (on a GPU the overflow is not even raised on the host);
+    with room for the drafts the tokens are greedy generation's."""
+    model = tiny_model("qwen3_5")
+    with torch.no_grad():
+        ref = model.generate(REPEATING, max_new_tokens=16, do_sample=False)
+        cache = DeltaLogCache(model, static=True, max_cache_len=32)
+        with pytest.raises(ValueError, match=r"has room for 32 tokens per row.*up to 33 \(a prompt of 14 and 16 new "
+                                             r"tokens, the last one never fed and up to 4 draft tokens past them"):
+            model.generate(REPEATING, max_new_tokens=16, do_sample=False, prompt_lookup_num_tokens=5, cache=cache)
+        assert int(cache.get_seq_length()) == 0
+        out = model.generate(REPEATING, max_new_tokens=16, do_sample=False, prompt_lookup_num_tokens=5,
+                             cache=DeltaLogCache(model, static=True, max_cache_len=33))
+    assert torch.equal(out, ref)

@@ -1434,7 +1434,8 @@ def test_reset_lets_a_model_of_another_conv_width_use_the_cache():
 
 def test_is_croppable_says_whether_crop_would_work():
     """transformers reads ``is_croppable`` as "crop can put the cache back as it was"; it was always True. Now it is
-    True exactly when crop(-1) succeeds: a decoded token in the log and a way to rebuild the conv window."""
+    True exactly when crop(-1) succeeds (without kept recurrent states: see tests/test_assisted_generate.py): a decoded
+    token in the log and a way to rebuild the conv window."""
     model = tiny_model("qwen3_5")
     ids = prompt_ids(2, 5)
     plain, ring = DeltaLogCache(model, merge_interval=4), DeltaLogCache(model, merge_interval=4, crop_ring=True)

@@ -285,6 +285,10 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         num_beams = int(option("num_beams", 1) or 1)
         expand = max(num_beams, int(option("num_return_sequences", 1) or 1))
         held = int(cache._before_generate(ids, attention_mask, expand=expand))
+        assistant = named.get("assistant_model", extra.get("assistant_model"))  # a parameter of generate
+        assisted = _assisted(resolved, assistant, option)
+        if held and isinstance(ids, torch.Tensor) and ids.dim() == 2 and assisted:
+            _check_assisted_continuation(held, ids, attention_mask)
         check_room = getattr(cache, "_check_room", None)  # static DeltaLogCaches: enough attention slots?
         if check_room is not None:
             fed = embeds if isinstance(embeds, torch.Tensor) and embeds.dim() >= 2 else ids
@@ -293,7 +297,11 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
             if ids is None and embeds is None:  # generate starts from one BOS token per row
                 fed_tokens = ids_tokens = 1
             new_tokens = _new_tokens(self, option, passed, extra, fed_tokens, ids_tokens)
-            check_room(held, fed_tokens, attention_mask, new_tokens)
+            # transformers 5.25's prompt lookup does not cap its drafts at max_length: the last forward can feed up to
+            # prompt_lookup_num_tokens - 1 tokens past the last one generate keeps (an assistant model's are capped)
+            lookup = option("prompt_lookup_num_tokens", None) if assisted and assistant is None else None
+            past_the_end = max(int(lookup) - 1, 0) if isinstance(lookup, int) and not isinstance(lookup, bool) else 0
+            check_room(held, fed_tokens, attention_mask, new_tokens, past_the_end)
         run = getattr(cache, "_generate_through", None)  # FLA caches adapt the call (see hf_deltalog.fla_cache)
         # While the call runs: a copy of the cache taken now (in a stopping criterion, a streamer) is marked as such
         # (hf_deltalog.cache.copy_state); the cache itself never reads the mark
@@ -311,6 +319,43 @@ def _generation_dispatcher(upstream: Callable) -> Callable:
         return out
 
     return _dispatcher_of(generate, upstream)
+
+
+def _assisted(resolved: Any, assistant: Any, option: Callable[[str, Any], Any]) -> bool:
+    """Whether a ``generate`` call runs assisted generation (an assistant model, prompt lookup, early-exit drafts or
+    multi-token prediction), as transformers >= 5.25 decides it (``GenerationConfig.get_generation_mode``). False on
+    transformers versions without kept recurrent states (5.24 refuses assisted generation for these models itself)."""
+    from transformers.cache_utils import Cache
+
+    if not hasattr(Cache, "get_recurrent_states_to_keep"):
+        return False
+    get_mode = getattr(resolved, "get_generation_mode", None)
+    if get_mode is not None:
+        try:
+            mode = get_mode(assistant)
+        except Exception:  # noqa: BLE001 - an invalid combination: generate raises it itself
+            return False
+        return getattr(mode, "value", mode) == "assisted_generation"
+    return assistant is not None or any(
+        option(name, None) not in (None, False) for name in ("prompt_lookup_num_tokens", "assistant_early_exit", "use_mtp"))
+
+
+def _check_assisted_continuation(held: int, ids: torch.Tensor, attention_mask: Any) -> None:
+    """Raise ValueError when assisted generation would continue a cache holding ``held`` tokens from the whole
+    conversation ``ids`` ``[B, T]``: transformers 5.25's assisted decoding does not cut the cached prefix off the ids
+    on its first forward, so every cached token would be fed into the cache a second time (its default caches are
+    corrupted the same way, with no error). The new-tokens form (ids ``[B, T_new]``, ``attention_mask``
+    ``[B, held + T_new]``) feeds only the new tokens and is taken."""
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 \
+            and attention_mask.shape[1] == held + ids.shape[1]:
+        return
+    raise ValueError(
+        f"assisted generation (assistant_model, prompt_lookup_num_tokens, ...) cannot continue this cache from the "
+        f"whole conversation: it holds {held} tokens, and transformers' assisted decoding feeds every id it is given "
+        f"into the cache on its first step (it does not cut the cached prefix off), so those {held} tokens would be "
+        "consumed twice (transformers' own caches give wrong tokens the same way, with no error). Pass only the new "
+        f"tokens as input_ids [B, T_new] with an attention_mask over the {held} cached and the new ones "
+        f"[B, {held} + T_new], or call cache.reset() and generate from the whole conversation")
 
 
 def _refuse_a_cache_from_before_a_reload(cache: Any) -> None:
