@@ -92,6 +92,9 @@ def main() -> None:
     problem = checkpoint_problem(args.model)  # transformers' "Repo id must be in the form ..." traceback
     if problem:
         parser.error(f"--model {problem}")
+    if Path(args.model).is_dir() and not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model {args.model}: a folder without config.json, not a checkpoint folder (the quickstart "
+                     "loads a transformers checkpoint saved with save_pretrained, or a hub id)")
     if is_fla_checkpoint(args.model):
         parser.error(f"{args.model} is a flash-linear-attention checkpoint; the quickstart runs transformers "
                      "checkpoints (compare FLA's with eval/lm_eval_parity.py or eval/gpu_generate_check_fla.py)")
