@@ -2442,8 +2442,10 @@ def buffer_bytes(objs: Any) -> int:
                 add(item)
         elif isinstance(t, torch.Tensor):
             storage = t.untyped_storage()
-            if (t.device, storage.data_ptr()) not in seen:
-                seen.add((t.device, storage.data_ptr()))
+            # meta storages have no addresses (all read 0): tell them apart by their storage object instead
+            key = (t.device, storage._cdata if t.device.type == "meta" else storage.data_ptr())
+            if key not in seen:
+                seen.add(key)
                 total += storage.nbytes()
 
     add(objs)

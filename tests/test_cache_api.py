@@ -15,6 +15,7 @@ from utils import (
     KDA_FAMILIES,
     MOE,
     PAD,
+    VOCAB,
     TRANSFORMERS_5_25,
     _drop,
     family_config,
@@ -2661,6 +2662,30 @@ def test_a_model_on_the_meta_device_is_refused_before_anything_changes():
     with torch.no_grad():
         out = model.generate(prompt_ids(2, 6), cache=cache, max_new_tokens=3, do_sample=False)
         assert torch.equal(out, model.generate(prompt_ids(2, 6), max_new_tokens=3, do_sample=False))
+
+
+def test_a_forward_on_the_meta_device_runs_shapes_only_as_with_the_default_cache():
+    """Outside generate a model on the meta device runs shapes only (tracing, FLOP or memory planning), as with the
+    default cache: the steps' aliasing check took the meta buffers' addresses (all 0) for shared memory and raised
+    "length and beta share memory", and memory_footprint() counted every meta buffer as one."""
+    model = tiny_model("qwen3_5")
+    with torch.device("meta"):
+        meta = transformers.AutoModelForCausalLM.from_config(model.config)
+    ids = prompt_ids(2, 6)
+    caches = {}
+    for name, m, dev in [("meta", meta, "meta"), ("cpu", model, "cpu")]:
+        for kind, cache in [("deltalog", DeltaLogCache(model, merge_interval=3)),
+                            ("default", DynamicCache(config=model.config))]:
+            with torch.no_grad():
+                logits = [m(ids.to(dev), past_key_values=cache, use_cache=True).logits]
+                for t in range(4):
+                    logits.append(m(ids[:, t:t + 1].to(dev), past_key_values=cache, use_cache=True).logits)
+            assert [x.shape for x in logits] == [(2, 6, VOCAB)] + [(2, 1, VOCAB)] * 4
+            assert {x.device.type for x in logits} == {dev}
+            if kind == "deltalog" or dev == "cpu":  # the default cache counts in a tensor, on the meta device there
+                assert cache.get_seq_length() == 10
+            caches[name, kind] = cache
+    assert caches["meta", "deltalog"].memory_footprint() == caches["cpu", "deltalog"].memory_footprint()
 
 
 def test_a_model_offloaded_by_accelerate_decodes():

@@ -153,7 +153,7 @@ def check_disjoint(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -
     the other and corrupt the state without an error. The test compares byte ranges (a strided view's whole range),
     so it may refuse two interleaved views that never touch the same element; the cache's own buffers are separate
     allocations. Host-side only (pointers and strides, no device sync; a few µs per call); skipped while
-    ``torch.compile`` traces the call and for fake tensors, which have no addresses. So a compiled call of a
+    ``torch.compile`` traces the call and for fake and meta tensors, which have no addresses. So a compiled call of a
     reference step is not checked; the Triton launchers check again inside their custom op, whose opaque form
     (``custom_op``: under ``TRITON_INTERPRET=1`` or ``HF_DELTALOG_OPAQUE_OP=1``) runs with real tensors inside a
     compiled graph too, while a graph compiled from the ``triton_op`` form (a GPU's default) launches the kernels
@@ -163,8 +163,8 @@ def check_disjoint(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -
         tensors: every tensor argument of the step, by name.
         written: the names of those the step updates in place.
     """
-    if torch.compiler.is_compiling() or any(is_fake(t) for t in tensors.values()):
-        return  # traced or fake tensors have no addresses (a fake tensor's data_ptr() reads 0)
+    if torch.compiler.is_compiling() or any(is_fake(t) or t.device.type == "meta" for t in tensors.values()):
+        return  # traced, fake and meta tensors have no addresses (their data_ptr() reads 0)
     spans = _spans(tensors)
     for i, (start, end, name, dev) in enumerate(spans):
         for start2, _, name2, dev2 in spans[i + 1:]:
