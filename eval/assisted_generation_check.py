@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from cli_types import deltalog_merge_interval, positive_int  # noqa: E402 - eval/ is on sys.path when run as a script
+
 # Repeating n-grams, so that prompt lookup proposes drafts.
 PROMPTS = [[5, 6, 7, 8] * 3 + [5, 6], [9, 10, 11] * 4 + [9], [20, 21, 22, 23, 24] * 2 + [20, 21]]
 
@@ -45,18 +47,24 @@ def removed_tokens(cache) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the results")
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--draft", type=int, default=3, help="prompt_lookup_num_tokens")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=24)
+    parser.add_argument("--draft", type=positive_int, default=3, help="prompt_lookup_num_tokens")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--backend", default="auto", choices=("auto", "torch", "triton"),
                         help="DeltaLogCache's backend (on a GPU, triton runs our kernels; auto may decode these tiny "
                              "states densely)")
-    parser.add_argument("--merge-interval", type=int, default=4, help="DeltaLogCache's merge interval M")
+    parser.add_argument("--merge-interval", type=deltalog_merge_interval, default=4,
+                        help="DeltaLogCache's merge interval M")
     parser.add_argument("--keep-one-more", action="store_true",
                         help="make transformers' linear-attention cache layers keep one more recurrent state than "
                              "generate asks for (a diagnosis of the default cache's result)")
     args = parser.parse_args()
     from hf_deltalog.interpreter import hide_fla_on_cpu
+    from hf_deltalog.lm_eval_cli import device_problem
+
+    problem = device_problem(args.device)
+    if problem:
+        parser.error(f"--device {problem}")
 
     hide_fla_on_cpu(args.device)  # before transformers' GDN / KDA modules are imported (see its docstring)
     import torch

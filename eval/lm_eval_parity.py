@@ -220,8 +220,11 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
     from hf_deltalog.interpreter import fused_recurrent_under_interpreter
 
     _import_model_library(pretrained)
-    lm = CachedHFLM(pretrained=pretrained, device=device, dtype=dtype, batch_size=batch_size,
-                    merge_interval=merge_interval, deltalog_backend=backend, record_generations=True)
+    try:  # refuses a model DeltaLogCache does not serve before the default cache's run
+        lm = CachedHFLM(pretrained=pretrained, device=device, dtype=dtype, batch_size=batch_size,
+                        merge_interval=merge_interval, deltalog_backend=backend, record_generations=True)
+    except ValueError as e:
+        raise SystemExit(f"{pretrained}: {e}") from None
     fused_recurrent_under_interpreter(lm.model)  # CPU runs of FLA's RWKV6 only (see hf_deltalog.interpreter)
     out = dict(checkpoint=str(pretrained), model_type=lm.model.config.model_type, tasks={}, skipped={})
     for task in tasks:
@@ -250,9 +253,10 @@ def run_checkpoint(pretrained: str, tasks: list[str], limit: int | None, batch_s
             if name != task:
                 row["requested_as"] = task  # the seconds are the whole group's
             out["tasks"][name] = row
+            generations = f"{row['generations_identical']}/{row['generations']}" if row["generations"] else "-"
             print(f"{Path(pretrained).name} {name}: {row['documents']} docs, metrics identical: "
-                  f"{row['metrics_identical']}, identical generations: {row['generations_identical']}/"
-                  f"{row['generations']}, max |dLL|: {row['max_abs_loglikelihood_diff']}, seconds: "
+                  f"{row['metrics_identical']}, identical generations: {generations}, max |dLL|: "
+                  f"{row['max_abs_loglikelihood_diff']}, seconds: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()), flush=True)
         if on_task is not None:
             on_task(out)
@@ -435,14 +439,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     from hf_deltalog.interpreter import hide_fla_on_cpu, interpreting
     from hf_deltalog.lm_eval_cli import (
-        checkpoint_note, checkpoint_problem, device_problem, is_fla_checkpoint, lm_eval_problem, output_problem,
+        checkpoint_note, checkpoint_problem, config_problem, device_problem, is_fla_checkpoint, lm_eval_problem,
+        output_problem,
     )
 
     problem = lm_eval_problem()
     if problem:
         parser.error(problem)
     for name in args.pretrained:
-        problem = checkpoint_problem(name)
+        problem = checkpoint_problem(name) or config_problem(name)
+        if not problem and Path(name).is_dir() and not (Path(name) / "config.json").is_file():
+            problem = f"{name}: a folder without config.json, not a checkpoint folder (save_pretrained's output)"
         if problem:
             parser.error(f"--pretrained {problem}")
         note = checkpoint_note(name)
@@ -514,7 +521,7 @@ def main(argv: list[str] | None = None) -> dict:
         from train_tiny import rwkv6_kernels
 
         kernels = rwkv6_kernels("torch")
-    meta["fla_kernels"] = args.fla_kernels
+    meta["fla_kernels"] = args.fla_kernels if fla_ckpts else None  # FLA checkpoints only: none ran otherwise
     with kernels:  # the model is built inside, so its layers bind the kernels chosen here
         for pretrained in args.pretrained:
             checkpoints.append(run_checkpoint(pretrained, args.tasks, args.limit, args.batch_size, args.dtype, device,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -26,7 +27,13 @@ from transformers.generation.streamers import BaseStreamer
 
 from hf_deltalog import DeltaLogCache
 from hf_deltalog.interpreter import hide_fla_on_cpu
-from hf_deltalog.lm_eval_cli import checkpoint_problem, device_problem, is_fla_checkpoint
+from hf_deltalog.lm_eval_cli import (
+    checkpoint_note,
+    checkpoint_problem,
+    config_problem,
+    device_problem,
+    is_fla_checkpoint,
+)
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "eval" / "checkpoints" / "gdn-shakespeare"
 PROMPTS = [
@@ -81,17 +88,22 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per cache (the median is printed)")
     args = parser.parse_args()
-    if args.new_tokens < 2 or args.repeats < 1:
-        parser.error("--new-tokens must be at least 2 (the decode time is per token after the first) and --repeats "
-                     "at least 1")
+    if args.new_tokens < 2:
+        parser.error(f"--new-tokens must be at least 2 (the decode time is per token after the first); got "
+                     f"{args.new_tokens}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1; got {args.repeats}")
     if args.merge_interval is not None and not 1 <= args.merge_interval <= 1024:
         parser.error(f"--merge-interval must be an integer in [1, 1024] (DeltaLogCache's range); got {args.merge_interval}")
     problem = device_problem(args.device)
     if problem:
         parser.error(f"--device {problem}")
-    problem = checkpoint_problem(args.model)  # transformers' "Repo id must be in the form ..." traceback
+    problem = checkpoint_problem(args.model) or config_problem(args.model)  # else transformers' tracebacks
     if problem:
         parser.error(f"--model {problem}")
+    note = checkpoint_note(args.model)
+    if note:
+        print(note, file=sys.stderr)
     if Path(args.model).is_dir() and not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model {args.model}: a folder without config.json, not a checkpoint folder (the quickstart "
                      "loads a transformers checkpoint saved with save_pretrained, or a hub id)")
@@ -102,8 +114,15 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     transformers.logging.set_verbosity_error()
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, local_files_only=True)
+    except OSError as e:  # a hub id that is not in the local cache (nothing is downloaded), a checkpoint missing files
+        parser.error(f"--model {args.model}: cannot be loaded offline ({str(e).splitlines()[0]})")
+    try:  # a model DeltaLogCache does not serve is refused here, before the default cache's timed runs
+        DeltaLogCache(model, merge_interval=args.merge_interval)
+    except ValueError as e:
+        parser.error(f"--model {args.model}: {e}")
     model = model.to(args.device).eval()
     n_params = sum(p.numel() for p in model.parameters())
     inputs = tokenizer(PROMPTS, return_tensors="pt", padding=True).to(args.device)

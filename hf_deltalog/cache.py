@@ -1287,7 +1287,10 @@ class DeltaLogCache(DynamicCache):
             B < 32 at HV = 32, K = V = 128; KDA 16 MiB: B < 8 at H = 32) decodes densely, where DeltaLog measured
             slower than a dense kernel; dense decoding on the GPU runs FLA's ``fused_recurrent_*`` when FLA is
             installed.
-        backend: ``"auto"`` (Triton on CUDA when available, else PyTorch), ``"torch"`` or ``"triton"``.
+        backend: ``"auto"`` (Triton on CUDA when triton is installed, else PyTorch; a float64 model always PyTorch),
+            ``"torch"`` or ``"triton"``. The model's device and dtype are checked at the first ``generate`` (or
+            forward), not here: ``"triton"`` with a model on the CPU (without ``TRITON_INTERPRET=1``) or in float64
+            raises ``ValueError`` there, before anything is decoded.
         static: the graph-safe mode. Attention layers become transformers' ``StaticLayer`` s of ``max_cache_len``
             slots; every buffer keeps its address across decode steps and across prefills of the same batch size
             (a batch of another size reallocates, so a captured graph must be captured again); a decode step changes
@@ -1314,7 +1317,7 @@ class DeltaLogCache(DynamicCache):
             ``stagger_merges`` other than True or False, in static mode a ``max_cache_len`` that is neither None nor an
             integer (a bool or a float is not; a numpy integer is).
         ValueError: a model without a supported linear-attention layer, ``merge_interval`` outside [1, 1024], an
-            unknown backend, static mode without a ``max_cache_len`` or with one below 1, or on
+            unknown backend, ``backend="triton"`` without triton installed, static mode without a ``max_cache_len`` or with one below 1, or on
             a config without attention layers, ``max_cache_len`` without static mode, ``static``, ``max_cache_len``
             or ``crop_ring`` for an FLA model.
     """

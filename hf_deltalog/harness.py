@@ -80,6 +80,64 @@ def _check_batch_size(value: Any) -> int:
     return int(text)
 
 
+def check_arguments(cache: str = "deltalog", merge_interval: Any = None, deltalog_backend: str = "auto",
+                    record_generations: Any = False, *, backend: Any = None, device: Any = None, batch_size: Any = 1,
+                    dtype: Any = None) -> dict[str, Any]:
+    """:class:`CachedHFLM`'s own arguments, and the `HFLM` ones it restricts, checked before any model loads (its
+    constructor calls this first; ``python -m hf_deltalog.lm_eval_cli`` calls it on the command line's values before
+    lm-eval starts). Values may come as lm-eval's command line passes them: strings, and numbers parsed from them
+    (``merge_interval=-1`` arrives as the float ``-1.0``, ``+8`` as ``8.0``).
+
+    Returns:
+        ``{"merge_interval": int | None, "record_generations": bool, "batch_size": int}``, normalised.
+
+    Raises:
+        ValueError: an unknown ``cache`` or ``deltalog_backend`` (or a DeltaLog backend passed as HFLM's
+            ``backend``), ``merge_interval`` or ``deltalog_backend`` given with ``cache="default"``,
+            ``deltalog_backend="triton"`` for a ``device`` not on CUDA or on a machine without CUDA (without
+            ``TRITON_INTERPRET=1``), a ``merge_interval`` outside [1, 1024], a ``record_generations`` that is not
+            true/false, a ``batch_size`` that is not an integer of at least 1 (``"auto"`` included: parity needs
+            fixed batches), a ``dtype`` string that names no torch dtype.
+        TypeError: a ``merge_interval`` that is not an integer (or a string of one, or an integral float).
+    """
+    if backend in BACKENDS:
+        raise ValueError(
+            f"backend={backend!r} is lm-eval HFLM's own argument (the model kind: 'default', 'causal' or 'seq2seq'); "
+            "DeltaLogCache's backend is deltalog_backend=auto|torch|triton"
+        )
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
+    if deltalog_backend not in BACKENDS:
+        raise ValueError(f"deltalog_backend must be one of {BACKENDS}; got {deltalog_backend!r}")
+    record = str(record_generations).strip().lower()
+    if record not in ("1", "true", "yes", "0", "false", "no"):
+        raise ValueError(f"record_generations must be true or false; got {record_generations!r}")
+    if isinstance(merge_interval, str):  # lm-eval's model_args arrive as strings ("8")
+        text = merge_interval.strip()
+        signed = text[1:] if text[:1] in "+-" else text
+        merge_interval = None if text in ("", "None") else int(text) if signed.isascii() and signed.isdigit() \
+            else text
+    elif isinstance(merge_interval, float) and merge_interval.is_integer():
+        merge_interval = int(merge_interval)  # lm-eval's command line parses "-1" and "+8" as floats
+    # as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
+    merge_interval = _check_merge_interval(merge_interval, None)
+    if cache == "default" and (merge_interval is not None or deltalog_backend != "auto"):
+        given = ", ".join(f"{k}={v!r}" for k, v in (("merge_interval", merge_interval),
+                                                    ("deltalog_backend", deltalog_backend))
+                          if v not in (None, "auto"))
+        raise ValueError(f"{given} configures DeltaLogCache, but cache='default' runs transformers' default "
+                         "cache and would ignore it; use cache=deltalog, or leave it out")
+    if deltalog_backend == "triton" and not interpreting() and (
+            not torch.cuda.is_available() or (device is not None and not str(device).startswith("cuda"))):
+        raise ValueError(  # the model's own device is checked again after it loads
+            f"deltalog_backend='triton' needs a CUDA device (device={device!r}, torch.cuda.is_available() is "
+            f"{torch.cuda.is_available()}) or TRITON_INTERPRET=1; use deltalog_backend=torch or auto on the CPU")
+    if isinstance(dtype, str) and dtype != "auto" and not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"dtype must be 'auto' or a torch dtype name (float32, bfloat16, float16, ...); got {dtype!r}")
+    return dict(merge_interval=merge_interval, record_generations=record in ("1", "true", "yes"),
+                batch_size=_check_batch_size(batch_size))
+
+
 @register_model("hf-cached")
 class CachedHFLM(HFLM):
     """lm-eval's `HFLM` with every request decoded through a fresh cache per `generate` call (see the module doc).
@@ -93,48 +151,23 @@ class CachedHFLM(HFLM):
         record_generations: keep `generation_records` (see the module doc).
 
     Raises:
-        ValueError: an unknown `cache` or `deltalog_backend` (or a DeltaLog backend passed as HFLM's `backend`),
-            `merge_interval` or `deltalog_backend` given with `cache="default"`, `deltalog_backend="triton"` for a
-            `device` or model not on CUDA (without `TRITON_INTERPRET=1`), a `merge_interval`
-            outside [1, 1024], a `record_generations` that is not true/false, a seq2seq model, or a `batch_size`
-            that is not an integer of at least 1 (`"auto"` included: parity needs fixed batches).
-        TypeError: a `merge_interval` that is not an integer (or a string of one, as lm-eval's model_args pass it).
+        ValueError: before the model loads, what :func:`check_arguments` refuses (an unknown `cache` or
+            `deltalog_backend`, DeltaLog options with `cache="default"`, a `merge_interval` outside [1, 1024], a
+            `batch_size` that is not an integer of at least 1, an unknown `dtype`, ...); after it loads, a seq2seq
+            model, `deltalog_backend="triton"` for a model not on CUDA (without `TRITON_INTERPRET=1`), and with
+            `cache="deltalog"` a model `DeltaLogCache` does not serve (its own message: unsupported `model_type`,
+            no linear-attention layer), before any request runs.
+        TypeError: a `merge_interval` that is not an integer (or a string of one, or an integral float, as
+            lm-eval's command line passes them).
     """
 
     def __init__(self, pretrained: Any, cache: str = "deltalog", merge_interval: int | str | None = None,
                  deltalog_backend: str = "auto", record_generations: bool | str = False, **kwargs):
-        if kwargs.get("backend") in BACKENDS:
-            raise ValueError(
-                f"backend={kwargs['backend']!r} is lm-eval HFLM's own argument (the model kind: 'default', 'causal' "
-                "or 'seq2seq'); DeltaLogCache's backend is deltalog_backend=auto|torch|triton"
-            )
-        if cache not in CACHES:  # before the model loads
-            raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
-        if deltalog_backend not in BACKENDS:
-            raise ValueError(f"deltalog_backend must be one of {BACKENDS}; got {deltalog_backend!r}")
-        record = str(record_generations).strip().lower()
-        if record not in ("1", "true", "yes", "0", "false", "no"):
-            raise ValueError(f"record_generations must be true or false; got {record_generations!r}")
-        if isinstance(merge_interval, str):  # lm-eval's model_args arrive as strings ("8")
-            text = merge_interval.strip()
-            signed = text[1:] if text[:1] in "+-" else text
-            merge_interval = None if text in ("", "None") else int(text) if signed.isascii() and signed.isdigit() \
-                else text
-        # checked before the model loads, as DeltaLogCache checks it (TypeError / ValueError naming what is accepted)
-        merge_interval = _check_merge_interval(merge_interval, None)
-        if cache == "default" and (merge_interval is not None or deltalog_backend != "auto"):
-            given = ", ".join(f"{k}={v!r}" for k, v in (("merge_interval", merge_interval),
-                                                        ("deltalog_backend", deltalog_backend))
-                              if v not in (None, "auto"))
-            raise ValueError(f"{given} configures DeltaLogCache, but cache='default' runs transformers' default "
-                             "cache and would ignore it; use cache=deltalog, or leave it out")
-        device = kwargs.get("device")
-        if deltalog_backend == "triton" and not interpreting() and (
-                not torch.cuda.is_available() or (device is not None and not str(device).startswith("cuda"))):
-            raise ValueError(  # before the model loads; the model's own device is checked again below
-                f"deltalog_backend='triton' needs a CUDA device (device={device!r}, torch.cuda.is_available() is "
-                f"{torch.cuda.is_available()}) or TRITON_INTERPRET=1; use deltalog_backend=torch or auto on the CPU")
-        kwargs["batch_size"] = _check_batch_size(kwargs.get("batch_size", 1))  # before the model loads too
+        checked = check_arguments(cache, merge_interval, deltalog_backend, record_generations,
+                                  backend=kwargs.get("backend"), device=kwargs.get("device"),
+                                  batch_size=kwargs.get("batch_size", 1), dtype=kwargs.get("dtype"))
+        merge_interval, record = checked["merge_interval"], checked["record_generations"]
+        kwargs["batch_size"] = checked["batch_size"]
         super().__init__(pretrained=pretrained, **kwargs)
         if self.backend != "causal":
             raise ValueError(f"CachedHFLM supports decoder-only (causal) models; got backend {self.backend!r}")
@@ -146,10 +179,12 @@ class CachedHFLM(HFLM):
                 "TRITON_INTERPRET=1; use deltalog_backend=torch or auto on the CPU"
             )
         self.deltalog_backend = deltalog_backend
-        self.record_generations = record in ("1", "true", "yes")
+        self.record_generations = record
         self.generation_records: list[dict] = []
         self.last_cache: DeltaLogCache | None = None
         self.is_fla_model = fla_family_of(self.model) is not None
+        if cache == "deltalog":  # a model DeltaLogCache does not serve is refused here, not at its first request
+            DeltaLogCache(self.model, merge_interval=merge_interval, backend=deltalog_backend)
 
     @property
     def cache(self) -> str:

@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = [
-    "checkpoint_note", "checkpoint_problem", "device_problem", "is_fla_checkpoint", "lm_eval_problem", "main",
-    "output_problem",
+    "checkpoint_note", "checkpoint_problem", "config_problem", "device_problem", "is_fla_checkpoint", "lm_eval_problem",
+    "main", "output_problem",
 ]
 
 
@@ -68,16 +68,27 @@ def lm_eval_problem() -> str | None:
 
 
 def device_problem(device: str) -> str | None:
-    """Why ``device`` cannot run a model here, or None: not a torch device string, or CUDA on a machine without it
-    (torch's own errors, "Torch not compiled with CUDA enabled", came after the model had loaded)."""
+    """Why ``device`` cannot run a model here, or None: not a torch device string, the meta device, CUDA on a machine
+    without it, or any device torch cannot allocate on here (``mps`` on Linux, ``cuda:3`` on a one-GPU machine; torch's
+    own errors, "Torch not compiled with CUDA enabled" and the like, came after the model had loaded)."""
     import torch
 
     try:
         kind = torch.device(device).type
     except RuntimeError:
         return f"{device}: not a torch device; use cpu or cuda (cuda:N)"
+    if kind == "meta":
+        return f"{device}: the meta device holds shapes without data, it cannot run a model; use cpu or cuda (cuda:N)"
     if kind == "cuda" and not torch.cuda.is_available():
         return f"{device}: no CUDA device here (torch.cuda.is_available() is False); use --device cpu"
+    module = getattr(torch, kind, None)  # torch.mps, torch.xpu, ...: torch's error came after the model loaded
+    if kind != "cpu" and callable(getattr(module, "is_available", None)) and not module.is_available():
+        return f"{device}: no {kind} device here (torch.{kind}.is_available() is False); use cpu or cuda (cuda:N)"
+    try:  # any other kind, or a CUDA index this machine lacks
+        torch.empty(0, device=device)
+    except Exception as e:  # noqa: BLE001 - RuntimeError, AssertionError, ModuleNotFoundError (hpu), ...
+        why = str(e).strip().split(". ")[0].splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"{device}: cannot be used here ({why}); use cpu or cuda (cuda:N)"
     return None
 
 
@@ -107,10 +118,20 @@ def output_problem(path: str | Path, folder: bool = True) -> str | None:
 
 
 def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None, str | None]:
-    """``(pretrained, device, output_path)`` as lm-eval's own CLI will read them from ``argv``: its parser (so every
-    form it takes counts: ``--model_args`` with one or more ``key=value`` values or a JSON object, ``-a``, quoted
-    values, abbreviations), and a ``--config`` YAML file below the command line. ``(None, None, None)`` when ``argv``
-    is not a ``run`` that parses (help, another subcommand, an error: lm-eval's CLI then says so itself)."""
+    """``(pretrained, device, output_path)`` of :func:`_lm_eval_run`, as strings; ``(None, None, None)`` when ``argv``
+    is not a ``run`` that parses."""
+    run = _lm_eval_run(argv)
+    if run is None:
+        return None, None, None
+    return tuple(None if run[k] is None else str(run[k]) for k in ("pretrained", "device", "output_path"))
+
+
+def _lm_eval_run(argv: list[str]) -> dict | None:
+    """The settings lm-eval's own CLI will read from ``argv``: ``model``, ``model_args`` (a dict), ``pretrained``,
+    ``device``, ``batch_size`` and ``output_path``; from its parser (so every form it takes counts: ``--model_args``
+    with one or more ``key=value`` values or a JSON object, ``-a``, quoted values, abbreviations), and a ``--config``
+    YAML file below the command line. None when ``argv`` is not a ``run`` that parses (help, another subcommand, an
+    error: lm-eval's CLI then says so itself)."""
     import contextlib
     import io
 
@@ -127,9 +148,9 @@ def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None, str | No
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
             namespace = cli._parser.parse_args(args)
     except SystemExit:
-        return None, None, None
+        return None
     if getattr(namespace, "command", None) != "run":
-        return None, None, None
+        return None
     settings = {}
     config = getattr(namespace, "config", None)
     if config:
@@ -139,21 +160,40 @@ def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None, str | No
     model_args = getattr(namespace, "model_args", None) or settings.get("model_args") or {}
     if isinstance(model_args, str):
         model_args = simple_parse_args_string(model_args)
-    pretrained = model_args.get("pretrained")
-    device = getattr(namespace, "device", None) or settings.get("device")
-    output = getattr(namespace, "output_path", None) or settings.get("output_path")
-    return tuple(None if v is None else str(v) for v in (pretrained, device, output))
+    batch_size = getattr(namespace, "batch_size", None)
+    return dict(model=getattr(namespace, "model", None) or settings.get("model"), model_args=dict(model_args),
+                pretrained=model_args.get("pretrained"),
+                device=getattr(namespace, "device", None) or settings.get("device"),
+                batch_size=settings.get("batch_size", 1) if batch_size is None else batch_size,
+                output_path=getattr(namespace, "output_path", None) or settings.get("output_path"))
+
+
+def config_problem(pretrained: str | None) -> str | None:
+    """Why a local checkpoint's ``config.json`` cannot be read, or None (also for hub ids and folders without one):
+    not UTF-8 JSON, or JSON that is not an object (transformers' and this module's readers failed with a bare
+    ``JSONDecodeError`` or ``AttributeError`` traceback)."""
+    config = Path(pretrained) / "config.json" if pretrained else None
+    if config is None or not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return f"{config}: not a readable JSON file ({e})"
+    if not isinstance(data, dict):
+        return f"{config}: a JSON {type(data).__name__}, where a checkpoint's config is a JSON object"
+    return None
 
 
 def is_fla_checkpoint(pretrained: str | None) -> bool:
     """Whether a local checkpoint's ``model_type`` is not a transformers one (flash-linear-attention's models); hub
-    ids and folders without a ``config.json`` count as transformers models."""
-    config = Path(pretrained) / "config.json" if pretrained else None
-    if config is None or not config.exists():
+    ids, folders without a ``config.json`` and unreadable configs (:func:`config_problem` reports those) count as
+    transformers models."""
+    if not pretrained or config_problem(pretrained) or not (Path(pretrained) / "config.json").is_file():
         return False
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    return json.loads(config.read_text()).get("model_type") not in CONFIG_MAPPING_NAMES
+    config = json.loads((Path(pretrained) / "config.json").read_text(encoding="utf-8"))
+    return config.get("model_type") not in CONFIG_MAPPING_NAMES
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -169,8 +209,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(problem)
     if not argv or "-h" in argv or "--help" in argv:  # what this entry adds, then lm-eval's own help
         print(f"{__doc__.strip()}\n\nlm-eval's own help follows.\n")
-    pretrained, device, output_path = _lm_eval_settings(argv)
-    problem = pretrained and checkpoint_problem(pretrained)
+    run = _lm_eval_run(argv) or {}
+    pretrained, device, output_path = (None if run.get(k) is None else str(run[k])
+                                       for k in ("pretrained", "device", "output_path"))
+    problem = pretrained and (checkpoint_problem(pretrained) or config_problem(pretrained))
     if problem:
         raise SystemExit(f"--model_args pretrained={problem}")
     note = pretrained and checkpoint_note(pretrained)
@@ -195,6 +237,15 @@ def main(argv: list[str] | None = None) -> None:
                                              else Path(output_path).parent)
     if problem:
         raise SystemExit(f"--output_path: {problem}")
+    if run.get("model") == "hf-cached":  # its arguments, before lm-eval loads the model (a traceback after it)
+        from hf_deltalog.harness import check_arguments
+
+        own = ("cache", "merge_interval", "deltalog_backend", "record_generations", "backend", "dtype")
+        try:
+            check_arguments(**{k: v for k, v in run["model_args"].items() if k in own}, device=device,
+                            batch_size=run["batch_size"])
+        except (TypeError, ValueError) as e:
+            raise SystemExit(f"--model hf-cached: {e}") from None
     collapse_autotuners()  # only under TRITON_INTERPRET=1, where autotuners cannot time their configs
 
     from lm_eval.__main__ import cli_evaluate

@@ -176,6 +176,10 @@ def test_lm_eval_parity_refuses_cuda_without_a_gpu(parity, capsys):
     (["--out", "FILE/parity"], "--out FILE/parity cannot be written"),  # found after the first task's runs
     (["--pretrained", "/nonexistent/ckpt"], "--pretrained /nonexistent/ckpt: no such checkpoint folder"),
     (["--backend", "triton"], "--backend triton: DeltaLogCache's Triton kernels need a CUDA device"),
+    # a breaker's finds (2026-12-04, second stop): a JSONDecodeError traceback, and transformers' "Unrecognized model"
+    (["--pretrained", "BADJSON"], "--pretrained BADJSON/config.json: not a readable JSON file"),
+    (["--pretrained", "EMPTY"], "--pretrained EMPTY: a folder without config.json, not a checkpoint folder"),
+    (["--device", "meta"], "--device meta: the meta device holds shapes without data"),
 ])
 def test_lm_eval_parity_refuses_what_would_fail_after_loading(parity, capsys, monkeypatch, tmp_path, bad, says):
     """An unwritable --out, a missing checkpoint folder and the Triton backend on a CPU failed only after a model had
@@ -185,9 +189,18 @@ def test_lm_eval_parity_refuses_what_would_fail_after_loading(parity, capsys, mo
     monkeypatch.setattr(hf_deltalog.interpreter, "interpreting", lambda: False)  # a plain CPU run
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    bad = [b.replace("FILE", str(a_file)) for b in bad]
-    argv = ["--pretrained", GDN, "--device", "cpu", *LOCAL_TASK, *bad]
-    assert says.replace("FILE", str(a_file)) in _usage_error(capsys, parity.main, argv)
+    (tmp_path / "bad_json").mkdir()
+    (tmp_path / "bad_json" / "config.json").write_text("{not json")
+    (tmp_path / "empty").mkdir()
+    fill = {"FILE": str(a_file), "BADJSON": str(tmp_path / "bad_json"), "EMPTY": str(tmp_path / "empty")}
+
+    def filled(text):
+        for key, value in fill.items():
+            text = text.replace(key, value)
+        return text
+
+    argv = ["--pretrained", GDN, "--device", "cpu", *LOCAL_TASK, *map(filled, bad)]
+    assert filled(says) in _usage_error(capsys, parity.main, argv)
     assert parity.calls == []
 
 
@@ -449,6 +462,18 @@ def test_cache_host_overhead_refuses_zero_steps_and_repeats(capsys, option):
     """--steps 0 ended in ZeroDivisionError, --repeats 0 in statistics.StatisticsError, after the model was built."""
     msg = _usage_error(capsys, load("cache_host_overhead").main, ["--layers", "4", option, "0"])
     assert f"{option}: must be an integer of at least 1" in msg
+
+
+@pytest.mark.parametrize("bad, says", [(["--merge-interval", "0"], "--merge-interval: must be an integer in [1, 1024]"),
+                                       (["--merge-interval", "5000"], "[1, 1024]"),
+                                       (["--draft", "0"], "--draft: must be an integer of at least 1"),
+                                       (["--max-new-tokens", "-3"], "--max-new-tokens: must be an integer of at least 1"),
+                                       (["--device", "meta"], "--device meta: the meta device holds shapes")])
+def test_assisted_generation_check_refuses_bad_options_up_front(capsys, monkeypatch, bad, says):
+    """Plain int options: DeltaLogCache's and transformers' tracebacks after the imports (a breaker's find, 2026-12-04,
+    second stop), and torch's error for a device it cannot use."""
+    monkeypatch.setattr(sys, "argv", ["assisted_generation_check.py", *bad])
+    assert says in _usage_error(capsys, load("assisted_generation_check").main)
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from lm_eval.models.huggingface import HFLM
 
@@ -128,6 +129,28 @@ def test_cache_options_are_checked_when_built(bad, error, match, monkeypatch):
         CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, **bad)
     lm = CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, merge_interval="8")
     assert lm.merge_interval == 8  # lm-eval's model_args pass strings
+
+
+def test_merge_interval_takes_the_floats_lm_evals_command_line_makes():
+    """lm-eval's command line parses model_args values that are not plain digits as floats: merge_interval=+8 arrived
+    as 8.0 and was refused as a float, merge_interval=-1 as -1.0 with a TypeError instead of the range."""
+    assert harness.check_arguments(merge_interval=8.0)["merge_interval"] == 8
+    with pytest.raises(ValueError, match=r"in \[1, 1024\] .*; got -1$"):
+        harness.check_arguments(merge_interval=-1.0)
+    with pytest.raises(TypeError, match="got 2.5"):
+        harness.check_arguments(merge_interval=2.5)
+
+
+def test_a_model_deltalog_cache_does_not_serve_is_refused_when_built(tmp_path):
+    """A transformers model DeltaLogCache does not serve (gpt2) was refused only at its first request, so
+    eval/lm_eval_parity.py ran the whole default-cache pass first; the default cache alone still runs it."""
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=320)) \
+        .save_pretrained(tmp_path / "gpt2")
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "gpt2" / file).write_text((CHECKPOINTS[0] / file).read_text())
+    with pytest.raises(ValueError, match="DeltaLogCache does not support 'gpt2' models"):
+        CachedHFLM(pretrained=str(tmp_path / "gpt2"), device="cpu", batch_size=2)
+    assert CachedHFLM(pretrained=str(tmp_path / "gpt2"), device="cpu", batch_size=2, cache="default").cache == "default"
 
 
 @pytest.mark.parametrize("merge_interval", ["0", 2.7])
@@ -478,15 +501,30 @@ def test_lm_eval_cli_reads_a_config_file_below_the_command_line(tmp_path):
     (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE/r.json"],
      "--output_path: FILE is a file; a folder is expected"),  # lm-eval writes FILE/r_<date>.json
     (["--model_args", "pretrained=CKPT", "--device", "cpu", "--output_path", "FILE"], "FILE is a file"),
+    # a breaker's finds (2026-12-04, second stop): tracebacks from lm-eval's model construction, after its imports
+    (["--model_args", "pretrained=CKPT,merge_interval=-1", "--device", "cpu"],  # lm-eval parses "-1" as -1.0
+     "--model hf-cached: merge_interval must be an integer in [1, 1024] (1 = eager dense decoding); got -1"),
+    (["--model_args", "pretrained=CKPT,merge_interval=2.5", "--device", "cpu"], "merge_interval must be an integer"),
+    (["--model_args", "pretrained=CKPT,dtype=float33", "--device", "cpu"],
+     "--model hf-cached: dtype must be 'auto' or a torch dtype name"),
+    (["--model_args", "pretrained=CKPT,cache=foo", "--device", "cpu"], "--model hf-cached: cache must be one of"),
+    (["--model_args", "pretrained=CKPT", "--device", "cpu", "--batch_size", "0"],
+     "--model hf-cached: CachedHFLM needs a fixed integer batch_size of at least 1; got '0'"),
+    (["--model_args", "pretrained=CKPT", "--device", "cpu", "--batch_size", "auto"], "fixed integer batch_size"),
+    (["--model_args", "pretrained=CKPT", "--device", "meta"], "--device meta: the meta device holds shapes"),
+    (["--model_args", "pretrained=BADJSON", "--device", "cpu"], "config.json: not a readable JSON file"),
 ])
 def test_lm_eval_cli_refuses_bad_settings_before_the_work(args, says, tmp_path):
     """A missing checkpoint folder, a device that is not one and an unwritable output path were found after the
-    imports or the evaluation, as tracebacks or not at all (54th review)."""
+    imports or the evaluation, as tracebacks or not at all (54th review); hf-cached's own arguments and the batch
+    size, only when lm-eval built the model (a traceback)."""
     from hf_deltalog import lm_eval_cli
 
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    fill = {"CKPT": str(CHECKPOINTS[0]), "FILE": str(a_file)}
+    (tmp_path / "bad_json").mkdir()
+    (tmp_path / "bad_json" / "config.json").write_text("{not json")
+    fill = {"CKPT": str(CHECKPOINTS[0]), "FILE": str(a_file), "BADJSON": str(tmp_path / "bad_json")}
     args = [next((a.replace(k, v) for k, v in fill.items() if k in a), a) for a in args]
     says = next((says.replace(k, v) for k, v in fill.items() if k in says), says)
     with pytest.raises(SystemExit) as err:

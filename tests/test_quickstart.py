@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from conftest import python_script_command
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"
@@ -86,3 +87,48 @@ def test_quickstart_decode_time_is_read_within_one_call(monkeypatch):
     out, times = quickstart.timed_generate(model, inputs, None, new_tokens=4, repeats=2)
     assert out.shape == (2, 9)
     assert times == [pytest.approx(10.0), pytest.approx(10.0)]  # ms per token: three 10 ms readings apart
+
+
+def _quickstart_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("quickstart", SCRIPT)
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    return quickstart
+
+
+def test_quickstart_refuses_broken_configs_unsupported_models_and_unusable_devices(tmp_path, monkeypatch, capsys):
+    """A breaker's finds (2026-12-04, second stop): a config.json that is not JSON, or JSON but not an object, ended in
+    a JSONDecodeError / AttributeError traceback; a transformers model DeltaLogCache does not serve (gpt2) was refused
+    only after the default cache's warm-up and timed runs; a hub id missing from the local cache gave an OSError
+    traceback; --device mps (on a machine without it) and meta gave torch's errors after the model loaded; --repeats 0
+    was reported as a --new-tokens problem. Each now exits with argparse's message before any generate call."""
+    quickstart = _quickstart_module()
+    calls = []
+    monkeypatch.setattr(quickstart, "timed_generate", lambda *args: calls.append(args))
+    bundled = SCRIPT.parents[1] / "eval" / "checkpoints" / "gdn-shakespeare"
+    for name, text in (("not_json", "{not json"), ("a_list", '["a"]')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(text)
+    gpt2 = tmp_path / "gpt2"
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=320)) \
+        .save_pretrained(gpt2)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        (gpt2 / file).write_text((bundled / file).read_text())
+    cases = [(["--model", str(tmp_path / "not_json")], "config.json: not a readable JSON file"),
+             (["--model", str(tmp_path / "a_list")], "config.json: a JSON list, where a checkpoint's config is a JSON"),
+             (["--model", str(gpt2)], "DeltaLogCache does not support 'gpt2' models"),
+             (["--model", "nosuch-org/nosuch-model-hf-deltalog"], "cannot be loaded offline"),
+             (["--device", "meta"], "--device meta: the meta device holds shapes without data"),
+             (["--repeats", "0"], "--repeats must be at least 1; got 0")]
+    if not torch.backends.mps.is_available():
+        cases.append((["--device", "mps"], "--device mps: no mps device here"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for args, message in cases:
+        monkeypatch.setattr("sys.argv", ["quickstart.py", *args])
+        with pytest.raises(SystemExit) as exit_:
+            quickstart.main()
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and message in err, (args, err[-2000:])
+    assert calls == []
