@@ -382,9 +382,14 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._log_start = 0  # `_seen` when the log last restarted: no row's log holds more decoded tokens than this
         self._pending = 0  # tokens of the current forward seen by update_conv_state
         # A forward is inside this layer: set when the model reads its recurrent state or updates the conv window
-        # (before it moves the window), cleared when the layer stores its recurrent state. Still set at the next
-        # generate or forward means a forward stopped inside the layer, with its conv window already moved.
+        # (before it moves the window), cleared when the layer stores its recurrent state. `_moved`: since the layer's
+        # last completed step, something may have changed its buffers: a conv window handed out (the model updates it
+        # in place) or stored, or the recurrence run. Both still set at the next generate or forward mean a forward
+        # stopped inside the layer after changing part of it (the cache is locked); `_in_step` alone means it stopped
+        # before anything changed (transformers 5.25 reads the recurrent state first, then projects the input, which
+        # can fail on bad input): the layer is as the last step left it.
         self._in_step = False
+        self._moved = False
         self._act_dtype: torch.dtype | None = None  # dtype of the last conv columns the model passed
         # Past recording with kept recurrent states (transformers >= 5.25's assisted generation): the model hands a
         # multi-token forward's last states to update_recurrent_state; `_history[-n]` is the dense state before the
@@ -600,6 +605,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             # at the old width)
             self.is_conv_states_initialized[state_idx] = False
         self._in_step = True  # any conv state (qwen4_exp's PLE moves states 2 and 1 before the recurrent state's read)
+        self._moved = True
         if state_idx == 0:
             self._pending += conv_states.shape[-1]
             self._act_dtype = conv_states.dtype  # the backend is planned from it (_activation_dtype)
@@ -622,6 +628,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         """Take the dense state a prefill/continuation produced (restarting the log), or our own handle (no-op)."""
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+        self._moved = True  # until the store completes
         self._history, self._history_seen = [], -1  # a step since the history was kept: its tokens are not the last
         states: list[torch.Tensor] = []
         if isinstance(recurrent_states, (list, tuple)):
@@ -641,7 +648,7 @@ class DeltaLogLayer(LinearAttentionLayer):
             else:
                 self._seen += self._pending or 1
             self._pending = 0
-            self._in_step = False
+            self._in_step = self._moved = False
             return self.handle
         if not isinstance(recurrent_states, torch.Tensor) or not recurrent_states.is_floating_point():
             got = recurrent_states.dtype if isinstance(recurrent_states, torch.Tensor) else type(recurrent_states)
@@ -678,7 +685,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._seen += self._pending
         self._log_start = self._seen
         self._pending = 0
-        self._in_step = False
+        self._in_step = self._moved = False
         if states and self.record_past and self.recurrent_states_to_keep:
             expected = tuple(recurrent_states.shape)
             if any(tuple(t.shape) != expected for t in states):
@@ -764,6 +771,7 @@ class DeltaLogLayer(LinearAttentionLayer):
 
     def _recurrent(self, upstream, spec, query, key, value, g, beta, output_final_state, use_qk_l2norm, kwargs):
         self._check_call(spec, query, value)
+        self._moved = True  # a decode step updates the buffers in place
         if query.shape[1] != 1 or kwargs.get("cu_seqlens") is not None:
             # Several tokens (or packed sequences): upstream's own recurrence on the logical state; the dense final
             # state it returns comes back through update_recurrent_state and restarts the log.
@@ -862,7 +870,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._seen = 0
         self._log_start = 0
         self._pending = 0
-        self._in_step = False
+        self._in_step = self._moved = False
         self.staggered = False
         self._history, self._history_seen = [], -1
 
@@ -1524,7 +1532,7 @@ class DeltaLogCache(DynamicCache):
         counts: set[int] = set()
         rows: set[int] = set()
         for layer in self._linear_layers:
-            if layer._in_step:
+            if layer._in_step and layer._moved:
                 return False
             counts.add(layer._seen if layer.base is not None else 0)
             if layer.base is not None:
@@ -1742,6 +1750,7 @@ class DeltaLogCache(DynamicCache):
         layer = self._require_linear(layer_idx)
         if layer_idx == 0:  # the model updates the window it gets here in place
             self._track_inference_mode()
+        layer._moved = True  # (transformers' one-token step: causal_conv1d_update on it, in place)
         if state_idx not in layer.has_previous_state:
             raise ValueError(f"layer {layer_idx} keeps conv states {sorted(layer.has_previous_state)}; got state_idx "
                              f"{state_idx}")
@@ -2126,7 +2135,7 @@ class DeltaLogCache(DynamicCache):
         mode's per-forward check, without the device reads of the static-mode log comparison."""
         tokens = {layer.layer_idx: layer.seen_tokens() if layer.base is not None else 0
                   for layer in self.deltalog_layers}
-        interrupted = [layer.layer_idx for layer in self.deltalog_layers if layer._in_step]
+        interrupted = [layer.layer_idx for layer in self.deltalog_layers if layer._in_step and layer._moved]
         for i, layer in enumerate(self.layers):  # the attention layers count their tokens too
             if not isinstance(layer, DeltaLogLayer) and isinstance(layer, CacheLayerMixin):
                 tokens[i] = int(layer.get_seq_length())
@@ -2505,8 +2514,10 @@ def _check_continuation(held: int, rows: int, ledger: torch.Tensor | None, input
     if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
         if attention_mask.shape[1] != held + input_ids.shape[1]:
             raise ValueError(
-                f"the cache holds {held} tokens and {input_ids.shape[1]} new ones were passed, but the attention "
-                f"mask covers {attention_mask.shape[1]}; it must cover the cached and the new tokens"
+                f"the cache holds {held} tokens and generate was given {input_ids.shape[1]} ids with an attention mask "
+                f"over {attention_mask.shape[1]} tokens; the mask must cover the ids when they are the whole "
+                f"conversation ({input_ids.shape[1]} columns), or the cached and the new tokens when the ids are only "
+                f"the new ones ({held} + {input_ids.shape[1]} = {held + input_ids.shape[1]} columns)"
             )
         return  # only the new tokens were passed (transformers' convention)
     if copied_mid_generate and (ledger is None or ledger.shape != (input_ids.shape[0], held)):

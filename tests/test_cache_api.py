@@ -773,10 +773,17 @@ def test_continuation_with_only_the_new_tokens():
     mask = torch.ones(1, cache.get_seq_length() + 3, dtype=torch.long)
     held = cache.get_seq_length()
     for width in (held + 2, held + 4):  # a mask one column short or long is neither form: refused, nothing consumed
-        with pytest.raises(ValueError, match=rf"the cache holds {held} tokens and 3 new ones were passed, but the "
-                                             rf"attention mask covers {width}; it must cover the cached and the new"):
+        with pytest.raises(ValueError, match=rf"the cache holds {held} tokens and generate was given 3 ids with an "
+                                             rf"attention mask over {width} tokens; the mask must cover the ids when "
+                                             rf"they are the whole conversation \(3 columns\), or the cached and the "
+                                             rf"new tokens when the ids are only the new ones \({held} \+ 3 = "):
             model.generate(new, attention_mask=torch.ones(1, width, dtype=torch.long), cache=cache, max_new_tokens=2)
         assert cache.get_seq_length() == held
+    # the whole conversation with a mask one column short: it said "{held + 1} new ones were passed" (a breaker's find)
+    whole = torch.cat([prompt_ids(1, 6), torch.zeros(1, held - 6 + 1, dtype=torch.long)], 1)
+    with pytest.raises(ValueError, match=rf"given {held + 1} ids with an attention mask over {held} tokens"):
+        model.generate(whole, attention_mask=torch.ones(1, held, dtype=torch.long), cache=cache, max_new_tokens=2)
+    assert cache.get_seq_length() == held
     out = model.generate(new, attention_mask=mask, cache=cache, max_new_tokens=5, do_sample=False)
     ref = model.generate(new, attention_mask=mask, cache=dense, max_new_tokens=5, do_sample=False)
     assert torch.equal(out, ref)
@@ -955,6 +962,51 @@ def test_a_stop_inside_the_first_linear_layer_is_caught(family, phase):
     fresh = DeltaLogCache(model, backend="torch", merge_interval=3)
     assert torch.equal(model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False),
                        model.generate(ids, cache=fresh, max_new_tokens=3, do_sample=False))
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "lara_mini", "qwen3_next"])
+def test_a_forward_that_fails_before_the_cache_changes_does_not_lock_it(family):
+    """transformers 5.25's linear layers read the recurrent state first, then project the input, which can fail on
+    bad input (here an empty [B, 0] forward: transformers' own reshape error) before anything in the cache changes.
+    That locked the cache until reset() ("a forward stopped part-way ... a conv window moved"), although nothing had
+    moved (a breaker's find, 2026-12-04, second stop); transformers' default cache goes on. Now the next step decodes
+    what the default cache decodes, and a stop after the conv window was handed out still locks (the model updates it
+    in place)."""
+    model = tiny_model(family)
+    ids, nxt = prompt_ids(2, 7), prompt_ids(2, 1, seed=4)
+    logits = {}
+    for kind, cache in (("default", DynamicCache(config=model.config)),
+                        ("deltalog", DeltaLogCache(model, backend="torch", merge_interval=3))):
+        with torch.no_grad():
+            model(ids, past_key_values=cache, use_cache=True)
+            state = cache.layers[0].conv_states[0].clone()
+            with pytest.raises(RuntimeError, match="cannot reshape tensor of 0 elements"):
+                model(ids[:, :0], past_key_values=cache, use_cache=True)
+            assert torch.equal(cache.layers[0].conv_states[0], state)
+            if kind == "deltalog" and not TRANSFORMERS_5_25:
+                # 5.24's layers take the conv window (which they update in place) before the recurrent state: a stop
+                # after that is taken for a moved window, and the cache stays locked, as before
+                with pytest.raises(ValueError, match="inconsistent: a forward stopped part-way"):
+                    model(nxt, past_key_values=cache, use_cache=True)
+                return
+            logits[kind] = torch.cat([model(nxt, past_key_values=cache, use_cache=True).logits for _ in range(4)], 1)
+            assert cache.get_seq_length() == 11
+    assert max_abs(logits["deltalog"], logits["default"]) < 1e-5
+    cache = DeltaLogCache(model, backend="torch", merge_interval=3)
+    get_conv_state = cache.get_conv_state
+
+    def stop_after_the_window_was_handed_out(*args, **kwargs):
+        get_conv_state(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        cache.get_conv_state = stop_after_the_window_was_handed_out
+        with pytest.raises(KeyboardInterrupt):
+            model(nxt, past_key_values=cache, use_cache=True)
+        cache.get_conv_state = get_conv_state
+        with pytest.raises(ValueError, match=r"inconsistent: a forward stopped part-way, and layer\(s\) \[0\]"):
+            model(nxt, past_key_values=cache, use_cache=True)
 
 
 def _decoder_layers(model):
