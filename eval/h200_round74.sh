@@ -10,10 +10,10 @@
 # truststore 0.10.5, tomlkit 0.15.3, fla-core / flash-linear-attention 0.6.0 (the machine's hub is 1.33, below 5.25's
 # requirement). From the repository root:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-#   OUT=/path bash eval/h200_round74.sh     # results: $OUT/round74.tar.gz
+#   OUT=/path bash eval/h200_round74.sh     # results: $OUT/round74.tar.gz (ROUND=75: round75, as eval/h200_round75.sh runs it)
 set -u
 OUT=${OUT:-/tmp/out}
-R=/tmp/round74; rm -rf $R; mkdir -p $R
+N=${ROUND:-74}; R=/tmp/round$N; rm -rf $R; mkdir -p $R
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 OMP_NUM_THREADS=4
 nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.csv 2>&1
 python3 -c "import torch, triton, transformers, kernels, huggingface_hub, fla; print(torch.__version__, triton.__version__, transformers.__version__, kernels.__version__, huggingface_hub.__version__, fla.__version__)" > $R/versions.txt 2>&1
@@ -33,4 +33,4 @@ echo "--- guard"; grep -E '"ok": false' $R/guard.log | cut -c1-600; tail -2 $R/g
 for f in generate generate_recording fla; do echo "--- $f"; grep -E "^\{|Error" $R/$f.log | cut -c1-420; tail -2 $R/$f.log | cut -c1-300; done
 echo "--- assisted"; grep -E "identical|DIFFERS|Error" $R/assisted_triton.log | cut -c1-300 | tail -32
 cat $R/versions.txt
-tar -czf "$OUT/round74.tar.gz" -C $R .
+tar -czf "$OUT/round$N.tar.gz" -C $R .
