@@ -120,10 +120,13 @@ def output_problem(path: str | Path, folder: bool = True) -> str | None:
 def _lm_eval_settings(argv: list[str]) -> tuple[str | None, str | None, str | None]:
     """``(pretrained, device, output_path)`` of :func:`_lm_eval_run`, as strings; ``(None, None, None)`` when ``argv``
     is not a ``run`` that parses."""
-    run = _lm_eval_run(argv)
-    if run is None:
-        return None, None, None
-    return tuple(None if run[k] is None else str(run[k]) for k in ("pretrained", "device", "output_path"))
+    return _settings_of(_lm_eval_run(argv))
+
+
+def _settings_of(run: dict | None) -> tuple[str | None, str | None, str | None]:
+    """``(pretrained, device, output_path)`` of a :func:`_lm_eval_run` result, as strings (None where not given)."""
+    run = run or {}
+    return tuple(None if run.get(k) is None else str(run[k]) for k in ("pretrained", "device", "output_path"))
 
 
 def _lm_eval_run(argv: list[str]) -> dict | None:
@@ -210,8 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or "-h" in argv or "--help" in argv:  # what this entry adds, then lm-eval's own help
         print(f"{__doc__.strip()}\n\nlm-eval's own help follows.\n")
     run = _lm_eval_run(argv) or {}
-    pretrained, device, output_path = (None if run.get(k) is None else str(run[k])
-                                       for k in ("pretrained", "device", "output_path"))
+    pretrained, device, output_path = _settings_of(run)
     problem = pretrained and (checkpoint_problem(pretrained) or config_problem(pretrained))
     if problem:
         raise SystemExit(f"--model_args pretrained={problem}")

@@ -131,17 +131,19 @@ def promoted_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def _spans(tensors: dict[str, torch.Tensor]) -> list[tuple[int, int, str, torch.device]]:
-    """``(first byte, one past the last byte, name, device)`` that each non-empty tensor can touch, sorted."""
+    """``(first byte, one past the last byte, name, device)`` that each non-empty tensor can touch, sorted. Meta
+    tensors hold no memory (their addresses all read 0): they touch none."""
     out = []
     for name, t in tensors.items():
-        if t.numel() == 0:
+        device = t.device
+        if t.numel() == 0 or device.type == "meta":
             continue
         start = t.data_ptr()
         if t.is_contiguous():
             end = start + t.nbytes
         else:
             end = start + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
-        out.append((start, end, name, t.device))
+        out.append((start, end, name, device))
     return sorted(out)
 
 
@@ -163,8 +165,8 @@ def check_disjoint(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -
         tensors: every tensor argument of the step, by name.
         written: the names of those the step updates in place.
     """
-    if torch.compiler.is_compiling() or any(is_fake(t) or t.device.type == "meta" for t in tensors.values()):
-        return  # traced, fake and meta tensors have no addresses (their data_ptr() reads 0)
+    if torch.compiler.is_compiling() or any(is_fake(t) for t in tensors.values()):
+        return  # traced or fake tensors have no addresses (a fake tensor's data_ptr() reads 0; meta ones: _spans)
     spans = _spans(tensors)
     for i, (start, end, name, dev) in enumerate(spans):
         for start2, _, name2, dev2 in spans[i + 1:]:
