@@ -385,3 +385,125 @@ def test_workspace_helpers_check_their_sizes(op):
     with pytest.raises(TypeError, match="K must be an int; got 2.5"):
         helper(2.5, 7)
     assert helper(8, 0).shape[0] == 2
+
+
+OP_OPTIONS = {  # the registered ops' arguments after the workspace, as the launchers pass their defaults
+    "gdn": [None, True, False, 0, 0, 0, -1, 0],  # scale, l2norm, state_v_first, block_v, warps, heads, raw_qk, prep
+    "kda": [None, True, False, 8, 1, 0],  # scale, l2norm, state_v_first, block_v, num_warps, prepare_warps
+    "rwkv6": [None, False, 8, 1, 0],  # scale, state_v_first, block_v, num_warps, prepare_warps
+}
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_registered_op_called_directly_checks_its_arguments(op):
+    """``torch.ops.hf_deltalog.fused_deltalog_<op>_decode`` is public, but its body ran only the shared-memory check:
+    a one-column workspace made the kernels write into the tensor after it, an fp64 base was merged into, a float
+    length advanced, and a q with a last-dim stride of 2 gave wrong outputs, all silently. Each is now refused with
+    the launcher's message before anything is written; with valid arguments the op gives the launcher's result."""
+    registered = getattr(torch.ops.hf_deltalog, f"fused_deltalog_{op}_decode")
+    x, log, _, _, _, _, kernel, ws = CASES[op](torch.Generator().manual_seed(30))
+    log[-1][:] = M - 1  # every row merges: the base would be written
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(31))
+    xs = step_inputs(x, 0, op)
+    opts = OP_OPTIONS[op]
+    call = lambda *a: lambda: registered(*a)
+    # a workspace of one column per row, carved from an allocation whose remainder is another tensor
+    flat = torch.zeros(B + 64)
+    small_ws, neighbour = flat[:B].view(B, 1), flat[B:]
+    assert_refused(call(*xs, base, *log, small_ws, *opts), ValueError, "workspace must have shape",
+                   [base, *log, flat])
+    assert not neighbour.any()
+    assert_refused(call(*xs, base.double(), *log, ws, *opts), TypeError, "base must be float32", [base, *log, ws])
+    bad_length = [*log[:-1], log[-1].float()]
+    assert_refused(call(*xs, base, *bad_length, ws, *opts), TypeError, "length must be int32 or int64",
+                   [base, *bad_length, ws])
+    strided = [torch.repeat_interleave(xs[0], 2, dim=-1)[..., ::2], *xs[1:]]  # q's values, last-dim stride 2
+    assert_refused(call(*strided, base, *log, ws, *opts), ValueError, "must have unit stride on its last dim",
+                   [base, *log, ws])
+    direct_base, direct_log = base.clone(), [t.clone() for t in log]
+    o_direct = registered(*xs, direct_base, *direct_log, ws, *opts)
+    o = kernel(*xs, base, *log, ws)
+    assert torch.equal(o_direct, o) and torch.equal(direct_base, base)
+    assert all(torch.equal(a, b) for a, b in zip(direct_log, log))
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_a_decode_tile_over_tritons_limit_is_refused_before_anything_is_written(op):
+    """The decode launch runs after the prepare launch has advanced the log-decay and written the log slot: a value
+    tile that Triton refuses only when it compiles the decode kernel (K = 2048 × block_v = 1024: 2**21 elements, over
+    Triton's 2**20) left the state part-way through a step (log_decay advanced, length not). It is now refused before
+    either launch, naming the tile and the options that shrink it."""
+    Bb, Hh, Kb, Vb, C = 1, 1, 2048, 1024, 1
+    gen = torch.Generator().manual_seed(32)
+    q, k = torch.randn(Bb, 1, Hh, Kb, generator=gen), torch.randn(Bb, 1, Hh, Kb, generator=gen)
+    v = torch.randn(Bb, 1, Hh, Vb, generator=gen)
+    base, k_log, length = torch.zeros(Bb, Hh, Kb, Vb), torch.zeros(Bb, Hh, C, Kb), torch.zeros(Bb, dtype=torch.int32)
+    value_log = torch.zeros(Bb, Hh, C, Vb)
+    if op == "gdn":
+        xs = [q, k, v, -torch.rand(Bb, 1, Hh, generator=gen), torch.rand(Bb, 1, Hh, generator=gen)]
+        log = [torch.zeros(Bb, Hh), k_log, value_log, torch.zeros(Bb, Hh, C), length]
+        ws = deltalog_gdn_workspace(Bb, Hh, Hh, Kb, C, "cpu")
+    else:
+        g = -torch.rand(Bb, 1, Hh, Kb, generator=gen)
+        last = torch.rand(Bb, 1, Hh, generator=gen) if op == "kda" else torch.randn(Hh, Kb, generator=gen)
+        xs = [q, k, v, g, last]
+        log = [torch.zeros(Bb, Hh, Kb), k_log, value_log, torch.zeros(Bb, Hh, C, Kb), length]
+        ws = (deltalog_kda_workspace(Bb, Hh, Hh, Kb, C, "cpu") if op == "kda"
+              else deltalog_rwkv6_workspace(Bb, Hh, Kb, C, "cpu"))
+    kernel = CASES[op](torch.Generator().manual_seed(0))[6]
+    assert_refused(lambda: kernel(*xs, base, *log, ws, block_v=1024), ValueError,
+                   r"decode kernel's base_tile would hold 2,097,152 elements, over Triton's limit of 1,048,576 .*"
+                   r"smaller block_v", [base, *log, ws])
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_aot_eager_hands_the_op_copies_so_an_aliased_input_reads_the_state_before_the_step(op):
+    """What check_disjoint's docstring says of functionalization: compiled with ``aot_eager`` (no re-inplacing), the
+    opaque op receives copies of the buffers it writes, so an input that is a view of one of them (here v, a live
+    slot of the value log) is not refused, and the step gives exactly the eager result with a copy of that input:
+    no race. The eager call refuses it."""
+    x, log, _, _, _, _, kernel, ws = CASES[op](torch.Generator().manual_seed(33))
+    log[2].normal_(generator=torch.Generator().manual_seed(34))
+    log[-1][:] = 2  # slots 0 and 1 live
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(35))
+    xs = step_inputs(x, 0, op)
+    ref_base, ref_log, ref_ws = base.clone(), [t.clone() for t in log], ws.clone()
+    alias = list(xs)
+    alias[2] = log[2][:, None, :, 0, :]  # v: [B, 1, H, V], a view of value-log slot 0
+    o_ref = kernel(*xs[:2], alias[2].clone(), *xs[3:], ref_base, *ref_log, ref_ws)
+    assert_refused(lambda: kernel(*alias, base, *log, ws), ValueError, "share memory", [base, *log, ws])
+    torch._dynamo.reset()
+    o = torch.compile(kernel, fullgraph=True, backend="aot_eager")(*alias, base, *log, ws)
+    assert torch.equal(o, o_ref) and torch.equal(base, ref_base)
+    assert all(torch.equal(a, b) for a, b in zip(log, ref_log))
+
+
+def test_triton_interpret_set_after_the_import_gets_a_clear_error(tmp_path):
+    """Triton reads TRITON_INTERPRET when a kernel is defined: set after hf_deltalog's kernels were imported, a CPU
+    call passed the device check and failed in Triton with "0 active drivers". Now a ValueError says to set it before
+    the import; nothing is written."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import os, torch\n"
+        "os.environ.pop('TRITON_INTERPRET', None)\n"
+        "from hf_deltalog.kernels.gdn.fused_deltalog import deltalog_gdn_workspace, fused_deltalog_gdn_decode\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
+        "B, H, K, V, C = 1, 1, 4, 4, 1\n"
+        "base, length = torch.zeros(B, H, K, V), torch.zeros(B, dtype=torch.int32)\n"
+        "log = [torch.zeros(B, H), torch.zeros(B, H, C, K), torch.zeros(B, H, C, V), torch.zeros(B, H, C), length]\n"
+        "try:\n"
+        "    fused_deltalog_gdn_decode(torch.randn(B, 1, H, K), torch.randn(B, 1, H, K), torch.randn(B, 1, H, V),\n"
+        "                              -torch.rand(B, 1, H), torch.rand(B, 1, H), base, *log,\n"
+        "                              deltalog_gdn_workspace(B, H, H, K, C, 'cpu'))\n"
+        "except ValueError as e:\n"
+        "    print('REFUSED', e, 'written', bool(base.any() or length.any() or log[0].any()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "REFUSED TRITON_INTERPRET=1 was set after hf_deltalog's kernels were imported" in run.stdout, run.stdout
+    assert run.stdout.strip().endswith("written False"), run.stdout

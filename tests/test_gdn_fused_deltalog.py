@@ -443,6 +443,15 @@ def test_launch_options_take_every_warp_count_triton_launches():
 
 
 def test_cpu_requires_interpreter(monkeypatch):
+    """CPU tensors run only on kernels that Triton defined under its interpreter (TRITON_INTERPRET=1 when this package
+    was imported; simulated here as not): refused as not CUDA, or, with the variable set only now, with a message
+    saying to set it before the import."""
+    from hf_deltalog.kernels import _op
+
+    monkeypatch.setattr(_op, "KERNELS_INTERPRETED", False)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(ValueError, match="CUDA device"):
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        fused_deltalog_gdn_decode(*_good_args())
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1 was set after hf_deltalog's kernels were imported"):
         fused_deltalog_gdn_decode(*_good_args())

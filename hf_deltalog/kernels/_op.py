@@ -17,7 +17,8 @@ import torch
 from torch.library import triton_op
 
 __all__ = [
-    "OP_KIND", "check_launch_options", "decode_register_cap", "interpreting", "launch_device", "register_decode_op",
+    "KERNELS_INTERPRETED", "OP_KIND", "check_kernel_device", "check_launch_options", "check_tile_elements",
+    "decode_register_cap", "interpreting", "launch_device", "register_decode_op",
 ]
 
 
@@ -31,7 +32,28 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "").lower() in _TRITON_TRUE
 
 
-OP_KIND = "custom_op" if (interpreting() or os.environ.get("HF_DELTALOG_OPAQUE_OP", "0") == "1") else "triton_op"
+# How Triton defined this package's kernels: it reads TRITON_INTERPRET when a kernel is defined (at this package's
+# import), not when it is launched
+KERNELS_INTERPRETED = interpreting()
+
+
+def check_kernel_device(device: torch.device) -> None:
+    """Refuse a device the kernels cannot run on: they need a CUDA device, or the CPU when they were defined under
+    Triton's interpreter (``TRITON_INTERPRET=1`` set before this package was imported).
+
+    Raises:
+        ValueError: another device, or the CPU with ``TRITON_INTERPRET`` set only after the import (Triton would fail
+            with "0 active drivers")."""
+    if device.type == "cuda" or (device.type == "cpu" and KERNELS_INTERPRETED):
+        return
+    if device.type == "cpu" and interpreting():
+        raise ValueError("TRITON_INTERPRET=1 was set after hf_deltalog's kernels were imported: Triton reads it when a "
+                         "kernel is defined, so set it before importing hf_deltalog (and triton)")
+    raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1 set before importing "
+                     f"hf_deltalog and triton); got {device}")
+
+
+OP_KIND = "custom_op" if (KERNELS_INTERPRETED or os.environ.get("HF_DELTALOG_OPAQUE_OP", "0") == "1") else "triton_op"
 
 
 def register_decode_op(name: str, body: Callable, mutates: tuple[str, ...], output_like: Callable) -> Callable:
@@ -65,6 +87,27 @@ def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> N
         raise ValueError(f"block_v must be a power of two >= 1 (or None for the default); got {block_v!r}")
     if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"{warps_name} must be one of 1, 2, 4, 8, 16 (or None for the default); got {num_warps!r}")
+
+
+MAX_TILE_ELEMENTS = 1 << 20  # Triton's limit on the elements of one block (TRITON_MAX_TENSOR_NUMEL), checked at compile
+
+
+def check_tile_elements(kernel: str, **tiles: int) -> None:
+    """Refuse a launch whose ``kernel`` would hold a block of more than 2**20 elements (Triton's limit, which it raises
+    only when it compiles that kernel): the decode launch of a step runs after the prepare launch has advanced the log,
+    so its tiles are checked before either launch.
+
+    Args:
+        kernel: the kernel's name in the message. tiles: each tile's element count, by name.
+
+    Raises:
+        ValueError: a tile over the limit, naming it, its size and the options that shrink it."""
+    for name, n in tiles.items():
+        if n > MAX_TILE_ELEMENTS:
+            raise ValueError(
+                f"the {kernel} kernel's {name} would hold {n:,} elements, over Triton's limit of {MAX_TILE_ELEMENTS:,} "
+                "per block: use a smaller block_v (value channels per program; heads_per_program for GDN) or a "
+                "smaller merge interval")
 
 
 def default_prepare_warps(BK: int, BC: int) -> int:

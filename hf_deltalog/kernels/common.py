@@ -159,7 +159,10 @@ def check_disjoint(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -
     reference step is not checked; the Triton launchers check again inside their custom op, whose opaque form
     (``custom_op``: under ``TRITON_INTERPRET=1`` or ``HF_DELTALOG_OPAQUE_OP=1``) runs with real tensors inside a
     compiled graph too, while a graph compiled from the ``triton_op`` form (a GPU's default) launches the kernels
-    without it.
+    without it. Inside a compiled graph the op may not see the caller's buffers: a functionalizing backend that does
+    not write in place again (``aot_eager``) hands it copies of the buffers it writes, so an argument aliasing one of
+    them is read as it was before the step (the result of an eager call with a copy of it: no race, nothing refused;
+    checked on the CPU), while Inductor writes into the buffers themselves, and there the opaque op refuses the alias.
 
     Args:
         tensors: every tensor argument of the step, by name.

@@ -58,12 +58,12 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    OP_KIND, check_launch_options, decode_register_cap, launch_device, register_decode_op,
+    OP_KIND, check_kernel_device, check_launch_options, check_tile_elements, decode_register_cap, launch_device,
+    register_decode_op,
 )
 from hf_deltalog.kernels._op import _is_int
-from hf_deltalog.kernels._op import interpreting as _interpreting
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_tensors, check_workspace_sizes,
 )
 
 __all__ = [
@@ -447,11 +447,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     devices = {t.device for t in named.values()}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
-    dev = q.device
-    if dev.type != "cuda" and not (dev.type == "cpu" and _interpreting()):
-        raise ValueError(
-            f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1 set before importing triton); got {dev}"
-        )
+    check_kernel_device(q.device)
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place, so it cannot be copied); got strides "
@@ -476,10 +472,22 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     return B, Hk, HV, K, V, C
 
 
+def _validate_op_args(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
+                      use_qk_l2norm, state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps):
+    """:func:`_validate` on the custom op's arguments (its int launch options: 0 keeps the default)."""
+    return _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
+                     block_v or None, num_warps or None, heads_per_program or None, prepare_warps or None)
+
+
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
             state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps, wrap, pdl=False):
-    # Here, not in _validate: the opaque custom op runs this body with real tensors inside a compiled graph too
-    # (common.check_disjoint skips traced and fake tensors)
+    # Every check here, in the body: the registered op can be called directly (torch.ops.hf_deltalog...), and its
+    # opaque form runs this body with real tensors inside a compiled graph too (check_disjoint skips traced and fake
+    # tensors). Nothing is written before all of them pass.
+    _validate_op_args(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
+                      use_qk_l2norm, state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps)
+    if pdl and q.device.type != "cuda":
+        raise ValueError("_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device")
     check_disjoint(dict(q=q, k=k, v=v, g=g, beta=beta, base=base,
                         log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log, length=length,
                         workspace=workspace),
@@ -487,29 +495,35 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
+    scale = float(K**-0.5 if scale is None else scale)
+    cfg = _resolve_launch(B, Hk, HV, K, V, C, block_v, num_warps, heads_per_program, raw_qk, prepare_warps)
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), cfg.block_v
+    R = BV * cfg.heads_per_program  # rows (value channels) of a decode program's tile
+    # the decode launch runs after the prepare launch has written the log: its tiles are checked before either
+    check_tile_elements("decode", base_tile=R * BK, log_tile=BC * R)
     o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
     if B == 0:
         return o
-    cfg = _resolve_launch(B, Hk, HV, K, V, C, block_v, num_warps, heads_per_program, raw_qk, prepare_warps)
-    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), cfg.block_v
     NV = triton.cdiv(V, BV)
     WS = workspace_size(Hk, HV, K, C)
     # Without a log the log pointers are never dereferenced; pass the base so the kernels see valid pointers.
     kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
-    wrap(_deltalog_gdn_prepare_kernel)[(B * Hk,)](
-        q, k, g, log_decay, kl, dl, length, workspace, scale,
-        q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, BG=_next_pow2(HV // Hk), WS=WS, USE_QK_L2NORM=use_qk_l2norm,
-        STORE_QK=not cfg.raw_qk, USE_PDL=pdl, num_warps=cfg.prepare_warps,
-    )
-    wrap(_deltalog_gdn_decode_kernel)[(B * (HV // cfg.heads_per_program) * NV,)](
-        q, k, v, beta, o, base, kl, ul, length, workspace, scale,
-        q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, HPP=cfg.heads_per_program,
-        STATE_V_FIRST=state_v_first, RAW_QK=cfg.raw_qk, USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl,
-        num_warps=cfg.num_warps, **decode_register_cap(C, cfg.num_warps, BK * BV * cfg.heads_per_program),
-        **({"launch_pdl": True} if pdl else {}),
-    )
+    with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
+        wrap(_deltalog_gdn_prepare_kernel)[(B * Hk,)](
+            q, k, g, log_decay, kl, dl, length, workspace, scale,
+            q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
+            HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, BG=_next_pow2(HV // Hk), WS=WS,
+            USE_QK_L2NORM=use_qk_l2norm, STORE_QK=not cfg.raw_qk, USE_PDL=pdl, num_warps=cfg.prepare_warps,
+        )
+        wrap(_deltalog_gdn_decode_kernel)[(B * (HV // cfg.heads_per_program) * NV,)](
+            q, k, v, beta, o, base, kl, ul, length, workspace, scale,
+            q.stride(0), q.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2),
+            beta.stride(0), beta.stride(2),
+            HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, HPP=cfg.heads_per_program,
+            STATE_V_FIRST=state_v_first, RAW_QK=cfg.raw_qk, USE_QK_L2NORM=use_qk_l2norm, USE_PDL=pdl,
+            num_warps=cfg.num_warps, **decode_register_cap(C, cfg.num_warps, BK * R),
+            **({"launch_pdl": True} if pdl else {}),
+        )
     return o
 
 
@@ -529,7 +543,7 @@ def _op_body(
     decay_log: torch.Tensor,
     length: torch.Tensor,
     workspace: torch.Tensor,
-    scale: float,
+    scale: float | None,
     use_qk_l2norm_in_kernel: bool,
     state_v_first: bool,
     block_v: int,
@@ -543,9 +557,12 @@ def _op_body(
                    prepare_warps, wrap_triton)
 
 
-_fused_deltalog_gdn_decode_op = register_decode_op(
-    OP_NAME, _op_body, _MUTATED, lambda q, k, v, *rest: q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
-)
+def _op_fake(q, k, v, *rest):
+    _validate_op_args(q, k, v, *rest)  # while torch.compile traces the opaque op: the launcher's errors, at once
+    return q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
+
+
+_fused_deltalog_gdn_decode_op = register_decode_op(OP_NAME, _op_body, _MUTATED, _op_fake)
 
 
 def fused_deltalog_gdn_decode(
@@ -596,7 +613,8 @@ def fused_deltalog_gdn_decode(
             rows.
         length: int32/int64 ``[B]`` live entries ``L`` per row; set to ``L + 1`` (append) or 0 (merge). Outside
             ``[0, C]`` (a caller's bug) the row does what the reference does, for any value: above C it merges,
-            below 0 it appends nothing.
+            below 0 it appends nothing (and ``length`` becomes ``L + 1``, except that the kernel counts an int64
+            length below ``−2³¹`` as ``−2³¹``, so that one becomes ``−2³¹ + 1``).
         workspace: fp32 ``[B, 2·Hk·K + HV·(3C + 2) + 1]`` scratch (:func:`deltalog_gdn_workspace`); overwritten.
         scale: query scale; default ``K ** -0.5``.
         use_qk_l2norm_in_kernel: l2-normalise q and k (``x · rsqrt(Σx² + 1e-6)``) as transformers does.
@@ -622,27 +640,37 @@ def fused_deltalog_gdn_decode(
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
             non-unit last-dim stride on q/k/v, or a launch option's bad value (``block_v`` not a power of two,
             ``num_warps`` / ``prepare_warps`` not in 1, 2, 4, 8, 16, ``heads_per_program`` not a power of two
-            dividing ``HV // Hk``), or ``_pdl`` without a CUDA device and ``use_custom_op=False``.
+            dividing ``HV // Hk``), a decode tile over Triton's 2**20 elements (``block_v · heads_per_program``
+            value rows × ``next_pow2(K)``, or × ``next_pow2(C)`` log slots), ``TRITON_INTERPRET=1`` set only after
+            this module was imported, or ``_pdl`` without a CUDA device and ``use_custom_op=False``.
 
-    The shared-memory check needs the tensors' addresses: it runs on every eager call and, inside a graph compiled
-    with ``torch.compile``, only through the opaque form of the custom op (``TRITON_INTERPRET=1`` or
+    Every check runs before anything is written, also when ``torch.ops.hf_deltalog.fused_deltalog_gdn_decode`` is
+    called directly (its launch options are ints there: 0 keeps the default, and ``raw_qk`` −1). The shared-memory
+    check needs the tensors' addresses: it runs on every eager call and, inside a graph compiled with
+    ``torch.compile``, only through the opaque form of the custom op (``TRITON_INTERPRET=1`` or
     ``HF_DELTALOG_OPAQUE_OP=1``); a graph compiled from the ``triton_op`` form (a GPU's default) launches the
-    kernels unchecked, so aliased buffers there are the caller's error (:func:`hf_deltalog.kernels.common.check_disjoint`).
+    kernels unchecked, so aliased buffers there are the caller's error (:func:`hf_deltalog.kernels.common.check_disjoint`
+    says what functionalization does to them). Inference only: the op has no autograd formula (a backward through
+    its output raises torch's error).
     """
     check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
                 use_custom_op=use_custom_op)
-    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
-              num_warps, heads_per_program, prepare_warps)
+    # types here, before the op's schema sees them (a non-tensor would get the dispatcher's RuntimeError) and the
+    # options become its ints; the values, shapes and devices: in _launch
+    check_tensors(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
+                  decay_log=decay_log, length=length, workspace=workspace)
+    check_launch_options(block_v, num_warps)
+    check_launch_options(None, prepare_warps, "prepare_warps")
+    if heads_per_program is not None and not _is_int(heads_per_program):
+        raise TypeError(f"heads_per_program must be an int (or None for the default); got {heads_per_program!r}")
     if raw_qk is not None and not isinstance(raw_qk, bool):
         raise TypeError(f"raw_qk must be True, False or None (the default); got {raw_qk!r}")
-    K = q.shape[-1]
-    scale = float(K**-0.5 if scale is None else scale)
-    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(block_v or 0), int(num_warps or 0),
-            int(heads_per_program or 0), -1 if raw_qk is None else int(bool(raw_qk)), int(prepare_warps or 0))
-    if _pdl and (use_custom_op or q.device.type != "cuda"):
+    if _pdl and use_custom_op:
         raise ValueError("_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device")
-    with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
-        if use_custom_op:
-            return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
-        return _launch(*args, lambda kernel: kernel, pdl=_pdl)
+    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace,
+            None if scale is None else float(scale), bool(use_qk_l2norm_in_kernel), bool(state_v_first),
+            int(block_v or 0), int(num_warps or 0), int(heads_per_program or 0),
+            -1 if raw_qk is None else int(bool(raw_qk)), int(prepare_warps or 0))
+    if use_custom_op:
+        return torch.ops.hf_deltalog.fused_deltalog_gdn_decode(*args)
+    return _launch(*args, lambda kernel: kernel, pdl=_pdl)

@@ -40,10 +40,10 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    check_launch_options, interpreting, launch_device, register_decode_op,
+    check_kernel_device, check_launch_options, check_tile_elements, launch_device, register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_tensors, check_workspace_sizes,
 )
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
@@ -292,8 +292,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     devices = {t.device for t in named.values()}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
-    if q.device.type != "cuda" and not interpreting():
-        raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {q.device}")
+    check_kernel_device(q.device)
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place); got strides "
@@ -307,8 +306,11 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
 
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
             state_v_first, block_v, num_warps, prepare_warps, wrap):
-    # Here, not in _validate: the opaque custom op runs this body with real tensors inside a compiled graph too
-    # (common.check_disjoint skips traced and fake tensors)
+    # Every check here, in the body: the registered op can be called directly (torch.ops.hf_deltalog...), and its
+    # opaque form runs this body with real tensors inside a compiled graph too (check_disjoint skips traced and fake
+    # tensors). Nothing is written before all of them pass.
+    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps, prepare_warps or None)
     check_disjoint(dict(q=q, k=k, v=v, g=g, beta=beta, base=base,
                         log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log, length=length,
                         workspace=workspace),
@@ -316,42 +318,52 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
     B, _, Hk, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     C = k_log.shape[2]
+    scale = float(K**-0.5 if scale is None else scale)
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
+    # the decode launch runs after the prepare launch has written the log: its tiles are checked before either
+    check_tile_elements("decode", base_tile=BV * BK, log_tile=BC * BV)
     o = torch.empty((B, 1, HV, V), dtype=q.dtype, device=q.device)
     if B == 0:
         return o
-    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
     NV = triton.cdiv(V, BV)
     WS = kda_workspace_size(Hk, HV, K, C)
     kl, ul, dl = (k_log, u_log, decay_log) if C > 0 else (base, base, base)
-    wrap(_deltalog_kda_prepare_kernel)[(B * Hk,)](
-        q, k, g, log_decay, kl, dl, length, workspace, scale,
-        q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
-        UNROLL=C <= MAX_UNROLLED_SLOTS, num_warps=prepare_warps or 1,
-    )
-    wrap(_deltalog_kda_decode_kernel)[(B * HV * NV,)](
-        v, beta, o, base, ul, dl, length, workspace,
-        v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
-        HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS,
-        STATE_V_FIRST=state_v_first, num_warps=num_warps,
-    )
+    with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
+        wrap(_deltalog_kda_prepare_kernel)[(B * Hk,)](
+            q, k, g, log_decay, kl, dl, length, workspace, scale,
+            q.stride(0), q.stride(2), k.stride(0), k.stride(2), g.stride(0), g.stride(2),
+            HK=Hk, HV=HV, G=HV // Hk, K=K, C=C, BK=BK, BC=BC, WS=WS, USE_QK_L2NORM=use_qk_l2norm,
+            UNROLL=C <= MAX_UNROLLED_SLOTS, num_warps=prepare_warps or 1,
+        )
+        wrap(_deltalog_kda_decode_kernel)[(B * HV * NV,)](
+            v, beta, o, base, ul, dl, length, workspace,
+            v.stride(0), v.stride(2), beta.stride(0), beta.stride(2),
+            HK=Hk, HV=HV, G=HV // Hk, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS,
+            STATE_V_FIRST=state_v_first, num_warps=num_warps,
+        )
     return o
 
 
 def _op_body(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, base: torch.Tensor,
     log_decay: torch.Tensor, k_log: torch.Tensor, u_log: torch.Tensor, decay_log: torch.Tensor, length: torch.Tensor,
-    workspace: torch.Tensor, scale: float, use_qk_l2norm_in_kernel: bool, state_v_first: bool, block_v: int,
+    workspace: torch.Tensor, scale: float | None, use_qk_l2norm_in_kernel: bool, state_v_first: bool, block_v: int,
     num_warps: int, prepare_warps: int,
 ) -> torch.Tensor:
     return _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
                    use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, prepare_warps, wrap_triton)
 
 
+def _op_fake(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
+             state_v_first, block_v, num_warps, prepare_warps):
+    # while torch.compile traces the opaque op: the launcher's errors, at once
+    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps, prepare_warps or None)
+    return q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
+
+
 _op = register_decode_op(
-    OP_NAME, _op_body, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"),
-    lambda q, k, v, *rest: q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3])),
-)
+    OP_NAME, _op_body, ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"), _op_fake)
 
 
 def fused_deltalog_kda_decode(
@@ -407,17 +419,24 @@ def fused_deltalog_kda_decode(
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
             (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). Messages say what is accepted.
             The shared-memory check runs on every eager call; under ``torch.compile`` only through the opaque custom
-            op (:func:`hf_deltalog.kernels.common.check_disjoint`).
+            op (:func:`hf_deltalog.kernels.common.check_disjoint`). Also a decode tile over Triton's 2**20 elements
+            (``block_v × next_pow2(K)`` or ``next_pow2(C) × block_v``), or ``TRITON_INTERPRET=1`` set only after this
+            module was imported.
+
+    Every check runs before anything is written, also when ``torch.ops.hf_deltalog.fused_deltalog_kda_decode`` is
+    called directly (``prepare_warps`` 0 keeps the default there). Inference only: the op has no autograd formula.
     """
     check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
                 use_custom_op=use_custom_op)
-    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
-              block_v, num_warps, prepare_warps)
-    scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
-    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
-            bool(use_qk_l2norm_in_kernel), bool(state_v_first), int(8 if block_v is None else block_v),
-            int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
-    with launch_device(q):  # Triton launches on the current device: make it q's (a model on several GPUs)
-        if use_custom_op:
-            return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)
-        return _launch(*args, lambda kernel: kernel)
+    # types here, before the op's schema sees them (a non-tensor would get the dispatcher's RuntimeError) and the
+    # options become its ints; the values, shapes and devices: in _launch
+    check_tensors(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
+                  decay_log=decay_log, length=length, workspace=workspace)
+    check_launch_options(block_v, num_warps)
+    check_launch_options(None, prepare_warps, "prepare_warps")
+    args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace,
+            None if scale is None else float(scale), bool(use_qk_l2norm_in_kernel), bool(state_v_first),
+            int(8 if block_v is None else block_v), int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
+    if use_custom_op:
+        return torch.ops.hf_deltalog.fused_deltalog_kda_decode(*args)
+    return _launch(*args, lambda kernel: kernel)

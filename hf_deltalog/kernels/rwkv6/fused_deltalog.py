@@ -33,11 +33,11 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    check_launch_options, decode_register_cap, default_prepare_warps, interpreting, launch_device,
-    register_decode_op,
+    check_kernel_device, check_launch_options, check_tile_elements, decode_register_cap, default_prepare_warps,
+    launch_device, register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_tensors, check_workspace_sizes,
 )
 from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
@@ -264,8 +264,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     devices = {t.device for t in named.values()}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
-    if r.device.type != "cuda" and not interpreting():
-        raise ValueError(f"tensors must be on a CUDA device (or on the CPU with TRITON_INTERPRET=1); got {r.device}")
+    check_kernel_device(r.device)
     for name in ("u", "base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous; got strides {named[name].stride()} for shape "
@@ -279,8 +278,11 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
 
 def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
             block_v, num_warps, prepare_warps, wrap):
-    # Here, not in _validate: the opaque custom op runs this body with real tensors inside a compiled graph too
-    # (common.check_disjoint skips traced and fake tensors)
+    # Every check here, in the body: the registered op can be called directly (torch.ops.hf_deltalog...), and its
+    # opaque form runs this body with real tensors inside a compiled graph too (check_disjoint skips traced and fake
+    # tensors). Nothing is written before all of them pass.
+    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps, prepare_warps or None)
     check_disjoint(dict(r=r, k=k, v=v, w=w, u=u, base=base,
                         log_decay=log_decay, k_log=k_log, v_log=v_log, decay_log=decay_log, length=length,
                         workspace=workspace),
@@ -288,41 +290,52 @@ def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, wor
     B, _, H, K = r.shape
     V = v.shape[3]
     C = k_log.shape[2]
+    scale = float(K**-0.5 if scale is None else scale)
+    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
+    # the decode launch runs after the prepare launch has written the log: its tiles are checked before either
+    check_tile_elements("decode", base_tile=BV * BK, log_tile=BC * BV)
     o = torch.empty((B, 1, H, V), dtype=r.dtype, device=r.device)
     if B == 0:
         return o
-    BK, BC, BV = _next_pow2(K), _next_pow2(max(C, 1)), min(block_v, _next_pow2(V))
     NV = triton.cdiv(V, BV)
     WS = rwkv6_workspace_size(H, K, C)
     slot_loop = BC * BK > MAX_LOG_TILE
     kl, vl, dl = (k_log, v_log, decay_log) if C > 0 else (base, base, base)
-    wrap(_deltalog_rwkv6_prepare_kernel)[(B * H,)](
-        r, k, v, w, u, log_decay, kl, vl, dl, length, workspace, scale,
-        r.stride(0), r.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), w.stride(0), w.stride(2),
-        H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, SLOT_LOOP=slot_loop,
-        num_warps=prepare_warps or default_prepare_warps(BK, 1 if slot_loop else BC),
-    )
-    wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
-        v, o, base, vl, dl, length, workspace, v.stride(0), v.stride(2),
-        H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first, num_warps=num_warps,
-        **decode_register_cap(C, num_warps, BK * BV),
-    )
+    with launch_device(r):  # Triton launches on the current device: make it r's (a model on several GPUs)
+        wrap(_deltalog_rwkv6_prepare_kernel)[(B * H,)](
+            r, k, v, w, u, log_decay, kl, vl, dl, length, workspace, scale,
+            r.stride(0), r.stride(2), k.stride(0), k.stride(2), v.stride(0), v.stride(2), w.stride(0), w.stride(2),
+            H=H, K=K, V=V, C=C, BK=BK, BVF=_next_pow2(V), BC=BC, WS=WS, SLOT_LOOP=slot_loop,
+            num_warps=prepare_warps or default_prepare_warps(BK, 1 if slot_loop else BC),
+        )
+        wrap(_deltalog_rwkv6_decode_kernel)[(B * H * NV,)](
+            v, o, base, vl, dl, length, workspace, v.stride(0), v.stride(2),
+            H=H, K=K, V=V, C=C, BK=BK, BV=BV, BC=BC, NV=NV, WS=WS, STATE_V_FIRST=state_v_first, num_warps=num_warps,
+            **decode_register_cap(C, num_warps, BK * BV),
+        )
     return o
 
 
 def _op_body(
     r: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, u: torch.Tensor, base: torch.Tensor,
     log_decay: torch.Tensor, k_log: torch.Tensor, v_log: torch.Tensor, decay_log: torch.Tensor, length: torch.Tensor,
-    workspace: torch.Tensor, scale: float, state_v_first: bool, block_v: int, num_warps: int, prepare_warps: int,
+    workspace: torch.Tensor, scale: float | None, state_v_first: bool, block_v: int, num_warps: int,
+    prepare_warps: int,
 ) -> torch.Tensor:
     return _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
                    block_v, num_warps, prepare_warps, wrap_triton)
 
 
+def _op_fake(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first, block_v,
+             num_warps, prepare_warps):
+    # while torch.compile traces the opaque op: the launcher's errors, at once
+    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps, prepare_warps or None)
+    return r.new_empty((r.shape[0], 1, r.shape[2], v.shape[3]))
+
+
 _op = register_decode_op(
-    OP_NAME, _op_body, ("base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"),
-    lambda r, k, v, *rest: r.new_empty((r.shape[0], 1, r.shape[2], v.shape[3])),
-)
+    OP_NAME, _op_body, ("base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"), _op_fake)
 
 
 def fused_deltalog_rwkv6_decode(
@@ -375,15 +388,23 @@ def fused_deltalog_rwkv6_decode(
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
             (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). The shared-memory check runs on every
             eager call; under ``torch.compile`` only through the opaque custom op
-            (:func:`hf_deltalog.kernels.common.check_disjoint`).
+            (:func:`hf_deltalog.kernels.common.check_disjoint`). Also a decode tile over Triton's 2**20 elements
+            (``block_v × next_pow2(K)`` or ``next_pow2(C) × block_v``), or ``TRITON_INTERPRET=1`` set only after this
+            module was imported.
+
+    Every check runs before anything is written, also when ``torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode`` is
+    called directly (``prepare_warps`` 0 keeps the default there). Inference only: the op has no autograd formula.
     """
     check_flags(state_v_first=state_v_first, use_custom_op=use_custom_op)
-    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first,
-              block_v, num_warps, prepare_warps)
-    scale = float(r.shape[-1] ** -0.5 if scale is None else scale)
-    args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, bool(state_v_first),
-            int(8 if block_v is None else block_v), int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
-    with launch_device(r):  # Triton launches on the current device: make it r's (a model on several GPUs)
-        if use_custom_op:
-            return torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode(*args)
-        return _launch(*args, lambda kernel: kernel)
+    # types here, before the op's schema sees them (a non-tensor would get the dispatcher's RuntimeError) and the
+    # options become its ints; the values, shapes and devices: in _launch
+    check_tensors(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
+                  decay_log=decay_log, length=length, workspace=workspace)
+    check_launch_options(block_v, num_warps)
+    check_launch_options(None, prepare_warps, "prepare_warps")
+    args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace,
+            None if scale is None else float(scale), bool(state_v_first), int(8 if block_v is None else block_v),
+            int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
+    if use_custom_op:
+        return torch.ops.hf_deltalog.fused_deltalog_rwkv6_decode(*args)
+    return _launch(*args, lambda kernel: kernel)
