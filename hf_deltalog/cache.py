@@ -1233,7 +1233,8 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
 def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
     """``indices`` for ``batch_select_indices`` as a 1-D integer tensor: lists and tuples of ints are converted, and a
     boolean mask over the ``rows`` rows (-1: not allocated yet; a tensor, list or tuple of bools) becomes the indices
-    of its true entries. Indices follow torch's indexing: ``-rows ≤ i < rows``, repeats allowed.
+    of its true entries. Indices follow torch's indexing: ``-rows ≤ i < rows``, repeats allowed; a negative one is
+    returned as ``i + rows`` (``index_select``, which FLA's layers use, takes no negative index).
 
     Raises:
         TypeError: anything else (a float tensor, an integer tensor other than int64 / int32, e.g. uint8, which
@@ -1271,6 +1272,7 @@ def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
         if low < -rows or high >= rows:
             raise ValueError(f"batch_select_indices got row {low if low < -rows else high}, but the cache holds "
                              f"{rows} rows (indices in [-{rows}, {rows}))")
+        indices = torch.where(indices < 0, indices + rows, indices)
     return indices
 
 
@@ -1361,8 +1363,15 @@ class DeltaLogCache(DynamicCache):
         try:
             spec = _resolve(model_type)
         except (ValueError, TypeError):
+            from hf_deltalog.patches.fla import FLA_FAMILIES
             from hf_deltalog.patches.registry import supported_description
 
+            if isinstance(model_type, str) and model_type in FLA_FAMILIES:
+                raise ValueError(
+                    f"DeltaLogCache serves {model_type!r} models of flash-linear-attention's classes (fla.models): this "
+                    f"config's class, {type(config).__module__}.{type(config).__qualname__}, is neither FLA's nor "
+                    "derived from it, and no FLA model was passed; pass the model, or build its config with FLA's "
+                    "class") from None
             raise ValueError(
                 f"DeltaLogCache does not support {model_type!r} models (it serves the Gated DeltaNet, Kimi Delta "
                 f"Attention and RWKV6 layers of {supported_description()})"

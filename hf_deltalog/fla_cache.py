@@ -592,7 +592,7 @@ class FLADeltaLogCache(FLACache):
     def __init__(self, model_or_config: Any, merge_interval: int | None = None, backend: str = "auto", *,
                  stagger_merges: bool = False):
         config = getattr(model_or_config, "config", model_or_config)
-        spec = fla_family_of(config)
+        spec = fla_family_of(model_or_config)
         if spec is None:
             raise ValueError(
                 f"FLADeltaLogCache serves flash-linear-attention's {', '.join(supported_fla_model_types())} models; "
@@ -936,7 +936,7 @@ class FLADeltaLogCache(FLACache):
         config = getattr(model, "config", None)
         if config is None:
             return
-        spec = fla_family_of(config)
+        spec = fla_family_of(model)
         theirs = (spec.model_type, tuple(_linear_layers(config)), spec.dims(config),
                   _layer_geometry(config, with_hidden_size=self._hidden_size is not None)) \
             if spec is not None else (getattr(config, "model_type", None),)

@@ -63,6 +63,10 @@ def test_batch_select_indices_takes_a_list_and_keeps_the_rows():
         cache.batch_select_indices(torch.tensor([0.0]))
     cache.batch_select_indices([2, 0])
     assert all(torch.equal(cache.materialize(i), S[[2, 0]]) for i, S in enumerate(states))
+    # negative rows, as torch indexes (and as the docstring says): FLA's layers' index_select raised IndexError
+    twin = copy.deepcopy(cache)
+    twin.batch_select_indices(torch.tensor([-1, -2, 0]))
+    assert all(torch.equal(twin.materialize(i), S[[0, 2, 2]]) for i, S in enumerate(states))
     # rows outside [0, B) on the CPU failed with index_select's raw IndexError: now a ValueError, nothing changed
     for bad in ([0, 2], [-1, 0]):
         with pytest.raises(ValueError, match=r"beam_idx entries must be row numbers in \[0, 2\)"):
@@ -803,3 +807,37 @@ def test_a_recurrent_layer_of_a_family_not_served_is_refused():
         a = model(ids, past_key_values=Cache(), use_cache=True).logits
         b = model(ids, past_key_values=cache, use_cache=True).logits
     assert max_abs(a, b) <= 1e-5
+
+
+def test_a_subclass_of_flas_config_or_a_copied_config_class_with_flas_model_is_served():
+    """FLA was recognised by the config's class living in ``fla.``: a user's subclass of FLA's config (defined
+    elsewhere), or FLA's model class with a config class copied from FLA's (as remote code does), was refused with
+    "does not support 'gated_deltanet' models (it serves ... flash-linear-attention's gated_deltanet ...)". Both are
+    served now, with FLA's cache's tokens; a copied config class alone (no FLA class anywhere) is refused with a
+    message that says what is missing."""
+    from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM
+    from helpers import family_config, generate_ref
+
+    class UserConfig(GatedDeltaNetConfig):  # a subclass defined outside fla.*
+        pass
+
+    class CopiedConfig(transformers.PretrainedConfig):  # a copy of FLA's config class (not derived from it)
+        model_type = "gated_deltanet"
+
+    base = family_config("gated_deltanet")
+    torch.manual_seed(0)
+    model = GatedDeltaNetForCausalLM(UserConfig(**base.to_dict())).eval()
+    copied = copy.deepcopy(model)
+    copied.config = CopiedConfig(**model.config.to_dict())
+    ids = prompt_ids(2, 5)
+    ref, _ = generate_ref(model, ids, max_new_tokens=9, do_sample=False)
+    for m in (model, copied):
+        cache = DeltaLogCache(m, merge_interval=4)
+        assert isinstance(cache, FLADeltaLogCache)
+        out = generate_ours(m, ids, cache, max_new_tokens=9, do_sample=False)
+        assert torch.equal(out if isinstance(out, torch.Tensor) else out.sequences,
+                           ref if isinstance(ref, torch.Tensor) else ref.sequences)
+    with pytest.raises(ValueError, match=r"serves 'gated_deltanet' models of flash-linear-attention's classes .*"
+                                         r"CopiedConfig, is neither FLA's nor derived from it"):
+        DeltaLogCache(copied.config)
+

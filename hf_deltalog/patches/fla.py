@@ -103,13 +103,20 @@ def supported_fla_model_types() -> list[str]:
     return sorted(FLA_FAMILIES)
 
 
-def fla_family_of(model_or_config: Any) -> FLAFamilySpec | None:
-    """The FLA family of a model or config built by flash-linear-attention (its class lives in ``fla.``), else None.
+def _fla_class(obj: Any) -> bool:
+    """Whether ``obj``'s class is flash-linear-attention's or derives from one of FLA's classes."""
+    return any(c.__module__.startswith("fla.") for c in type(obj).__mro__)
 
-    Reads only the object's class and ``model_type``: it never imports FLA, so transformers' own models stay free of it.
+
+def fla_family_of(model_or_config: Any) -> FLAFamilySpec | None:
+    """The FLA family of a model or config built by flash-linear-attention, else None: the config's ``model_type`` is
+    one of FLA's and the config's class, or the model's, is FLA's or a subclass of it (a user's subclass of FLA's config,
+    or FLA's model class with a config class copied from FLA's, as remote code does).
+
+    Reads only the objects' classes and ``model_type``: it never imports FLA, so transformers' own models stay free of it.
     """
     config = getattr(model_or_config, "config", model_or_config)
-    if not type(config).__module__.startswith("fla."):
+    if not (_fla_class(config) or (config is not model_or_config and _fla_class(model_or_config))):
         return None
     return FLA_FAMILIES.get(getattr(config, "model_type", None))
 

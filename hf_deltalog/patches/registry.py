@@ -114,7 +114,9 @@ _GENERATION_ORIGINAL: dict[str, Callable] = globals().get("_GENERATION_ORIGINAL"
 
 
 def supported_model_types() -> list[str]:
-    """The text-config ``model_type`` values DeltaLogCache serves (wrapper configs resolve to these)."""
+    """The transformers text-config ``model_type`` values DeltaLogCache serves (wrapper configs resolve to these);
+    flash-linear-attention's: :func:`hf_deltalog.patches.fla.supported_fla_model_types`; all of them, for messages:
+    :func:`supported_description`."""
     return sorted(FAMILIES)
 
 
