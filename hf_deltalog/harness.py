@@ -245,15 +245,22 @@ class CachedHFLM(HFLM):
         return out.sequences
 
     def _record(self, context: torch.Tensor, mask: torch.Tensor | None, out) -> None:
-        width = context.shape[1]
-        logits = torch.stack(out.logits, dim=1)  # [B, steps, vocab] fp32, as generate returns them
+        """One record per context: its ids without padding, the first sequence generated for it, and the top-2 logits
+        of that sequence's steps. ``generate`` returns ``n`` sequences per context (``num_return_sequences``) and, under
+        beam search, logits per beam (``num_beams`` rows per context, not aligned with the returned sequences): there
+        only step 0, which every beam of a context shares, is recorded."""
+        width, contexts = context.shape[1], context.shape[0]
+        logits = torch.stack(out.logits, dim=1)  # [rows, steps, vocab] fp32, as generate returns them
         top = logits.topk(2, dim=-1)
         values, ids = top.values.cpu().tolist(), top.indices.cpu().tolist()
         generated = out.sequences[:, width:].cpu().tolist()
-        for row in range(context.shape[0]):
+        per_sequence, per_logits = len(generated) // contexts, len(ids) // contexts
+        for row in range(contexts):
             keep = context[row] if mask is None else context[row][mask[row].bool()]
-            self.generation_records.append(dict(context=keep.cpu().tolist(), tokens=generated[row],
-                                                top2_ids=ids[row], top2_logits=values[row]))
+            i = row * per_logits
+            steps = None if per_logits == per_sequence else 1  # beam search: step 0 only
+            self.generation_records.append(dict(context=keep.cpu().tolist(), tokens=generated[row * per_sequence],
+                                                top2_ids=ids[i][:steps], top2_logits=values[i][:steps]))
 
     # loglikelihood ----------------------------------------------------------------------------------------------
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):

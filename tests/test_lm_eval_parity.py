@@ -96,6 +96,31 @@ def test_generation_records_hold_each_context_without_its_padding():
     assert ours == HFLM.generate_until(CachedHFLM(cache="default", **kw), requests, disable_tqdm=True)
 
 
+def test_generation_records_under_beam_search_belong_to_their_contexts():
+    """Under beam search generate returns logits per beam (batch × beams rows) but one sequence per context: the
+    records read rows 0..B-1, so the second context's record held the first context's second beam (a breaker found
+    step-0 top-2 tokens of another context). Each record now holds its own context's step-0 top-2 (all beams share
+    step 0), as a full forward of that context gives, and the sequence generated for it."""
+    from lm_eval.api.instance import Instance
+
+    lm = CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=3, cache="deltalog",
+                    record_generations=True)
+    contexts = ["ROMEO:\n", "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\n", "KING HENRY: the"]
+    requests = [Instance(request_type="generate_until", doc={}, idx=0,
+                         arguments=(c, dict(until=["\n\n"], max_gen_toks=4, num_beams=2, do_sample=False)))
+                for c in contexts]
+    texts = lm.generate_until(requests, disable_tqdm=True)
+    records = {tuple(r["context"]): r for r in lm.generation_records}
+    assert len(records) == 3
+    for context, text in zip(contexts, texts):
+        ids = lm.tok_encode(context)
+        record = records[tuple(ids)]
+        with torch.no_grad():
+            top2 = lm.model(torch.tensor([ids])).logits[0, -1].topk(2).indices.tolist()
+        assert record["top2_ids"] == [top2]  # step 0 only: later steps' logits are per beam
+        assert lm.tok_decode(record["tokens"]).startswith(text)
+
+
 def test_unknown_cache_and_auto_batch_are_refused():
     with pytest.raises(ValueError, match="cache must be one of"):
         CachedHFLM(pretrained=str(CHECKPOINTS[0]), device="cpu", dtype="float32", batch_size=2, cache="static")
