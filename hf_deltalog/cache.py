@@ -1233,8 +1233,8 @@ def check_beam_idx(beam_idx: Any, rows: int) -> torch.Tensor:
 def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
     """``indices`` for ``batch_select_indices`` as a 1-D integer tensor: lists and tuples of ints are converted, and a
     boolean mask over the ``rows`` rows (-1: not allocated yet; a tensor, list or tuple of bools) becomes the indices
-    of its true entries. Indices follow torch's indexing: ``-rows ≤ i < rows``, repeats allowed; a negative one is
-    returned as ``i + rows`` (``index_select``, which FLA's layers use, takes no negative index).
+    of its true entries. Indices follow torch's indexing: ``-rows ≤ i < rows``, repeats allowed; with ``rows`` known, a
+    negative one is returned as ``i + rows`` (``index_select``, which FLA's layers use, takes no negative index).
 
     Raises:
         TypeError: anything else (a float tensor, an integer tensor other than int64 / int32, e.g. uint8, which
@@ -1272,7 +1272,8 @@ def check_row_indices(indices: Any, rows: int = -1) -> torch.Tensor:
         if low < -rows or high >= rows:
             raise ValueError(f"batch_select_indices got row {low if low < -rows else high}, but the cache holds "
                              f"{rows} rows (indices in [-{rows}, {rows}))")
-        indices = torch.where(indices < 0, indices + rows, indices)
+        if low < 0:
+            indices = torch.where(indices < 0, indices + rows, indices)
     return indices
 
 
@@ -1358,7 +1359,8 @@ class DeltaLogCache(DynamicCache):
     def __init__(self, model_or_config: Any = None, merge_interval: int | None = None, backend: str = "auto", *,
                  config: Any = None, static: bool = False, max_cache_len: int | None = None, crop_ring: bool = False,
                  stagger_merges: bool = False):
-        config = _config_of(_model_or_config(model_or_config, config)).get_text_config(decoder=True)
+        given = _model_or_config(model_or_config, config)
+        config = _config_of(given).get_text_config(decoder=True)
         model_type = getattr(config, "model_type", None)
         try:
             spec = _resolve(model_type)
@@ -1367,11 +1369,13 @@ class DeltaLogCache(DynamicCache):
             from hf_deltalog.patches.registry import supported_description
 
             if isinstance(model_type, str) and model_type in FLA_FAMILIES:
+                model = "" if given is config or not hasattr(given, "config") else \
+                    f" nor the model's, {type(given).__module__}.{type(given).__qualname__},"
                 raise ValueError(
-                    f"DeltaLogCache serves {model_type!r} models of flash-linear-attention's classes (fla.models): this "
-                    f"config's class, {type(config).__module__}.{type(config).__qualname__}, is neither FLA's nor "
-                    "derived from it, and no FLA model was passed; pass the model, or build its config with FLA's "
-                    "class") from None
+                    f"DeltaLogCache serves {model_type!r} models of flash-linear-attention's classes "
+                    f"(fla.models.{model_type}): neither this config's class, "
+                    f"{type(config).__module__}.{type(config).__qualname__},{model} is FLA's or derived from it; build "
+                    "the model and its config with FLA's classes (or subclasses of them)") from None
             raise ValueError(
                 f"DeltaLogCache does not support {model_type!r} models (it serves the Gated DeltaNet, Kimi Delta "
                 f"Attention and RWKV6 layers of {supported_description()})"

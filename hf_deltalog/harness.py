@@ -38,6 +38,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import Collator
 from tqdm import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
 
 from hf_deltalog.cache import BACKENDS, DeltaLogCache, _check_merge_interval
 from hf_deltalog.interpreter import interpreting
@@ -255,10 +256,11 @@ class CachedHFLM(HFLM):
         values, ids = top.values.cpu().tolist(), top.indices.cpu().tolist()
         generated = out.sequences[:, width:].cpu().tolist()
         per_sequence, per_logits = len(generated) // contexts, len(ids) // contexts
+        beam = isinstance(out, GenerateBeamDecoderOnlyOutput)
         for row in range(contexts):
             keep = context[row] if mask is None else context[row][mask[row].bool()]
             i = row * per_logits
-            steps = None if per_logits == per_sequence else 1  # beam search: step 0 only
+            steps = 1 if beam else None  # beam search: step 0 only
             self.generation_records.append(dict(context=keep.cpu().tolist(), tokens=generated[row * per_sequence],
                                                 top2_ids=ids[i][:steps], top2_logits=values[i][:steps]))
 

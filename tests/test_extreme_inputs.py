@@ -507,3 +507,63 @@ def test_triton_interpret_set_after_the_import_gets_a_clear_error(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "REFUSED TRITON_INTERPRET=1 was set after hf_deltalog's kernels were imported" in run.stdout, run.stdout
     assert run.stdout.strip().endswith("written False"), run.stdout
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_a_decode_log_tile_over_tritons_limit_is_refused_before_anything_is_written(op):
+    """The decode kernel also holds a ``[next_pow2(C), block_v]`` tile of the value log: C = 1,025 slots × block_v =
+    1,024 is 2**21 elements (the base tile, K = 8 × 1,024, is small), refused before either launch."""
+    Bb, Hh, Kb, Vb, C = 1, 1, 8, 1024, 1025
+    gen = torch.Generator().manual_seed(36)
+    q, k = torch.randn(Bb, 1, Hh, Kb, generator=gen), torch.randn(Bb, 1, Hh, Kb, generator=gen)
+    v = torch.randn(Bb, 1, Hh, Vb, generator=gen)
+    base, length = torch.zeros(Bb, Hh, Kb, Vb), torch.zeros(Bb, dtype=torch.int32)
+    k_log, value_log = torch.zeros(Bb, Hh, C, Kb), torch.zeros(Bb, Hh, C, Vb)
+    if op == "gdn":
+        xs = [q, k, v, -torch.rand(Bb, 1, Hh, generator=gen), torch.rand(Bb, 1, Hh, generator=gen)]
+        log = [torch.zeros(Bb, Hh), k_log, value_log, torch.zeros(Bb, Hh, C), length]
+        ws = deltalog_gdn_workspace(Bb, Hh, Hh, Kb, C, "cpu")
+    else:
+        last = torch.rand(Bb, 1, Hh, generator=gen) if op == "kda" else torch.randn(Hh, Kb, generator=gen)
+        xs = [q, k, v, -torch.rand(Bb, 1, Hh, Kb, generator=gen), last]
+        log = [torch.zeros(Bb, Hh, Kb), k_log, value_log, torch.zeros(Bb, Hh, C, Kb), length]
+        ws = (deltalog_kda_workspace(Bb, Hh, Hh, Kb, C, "cpu") if op == "kda"
+              else deltalog_rwkv6_workspace(Bb, Hh, Kb, C, "cpu"))
+    kernel = CASES[op](torch.Generator().manual_seed(0))[6]
+    assert_refused(lambda: kernel(*xs, base, *log, ws, block_v=1024), ValueError,
+                   r"decode kernel's log_tile would hold 2,097,152 elements", [base, *log, ws])
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_a_launch_option_that_compile_makes_symbolic_is_accepted(op):
+    """torch.compile makes an int argument symbolic once it changes between calls (automatic dynamic): the op's fake,
+    which now checks the launch options, refused the SymInt ``block_v`` ("block_v must be an int ... got s23") on the
+    second call (found by a review). Both calls now give the eager results."""
+    x, log, _, _, _, _, kernel, ws = CASES[op](torch.Generator().manual_seed(37))
+    base0 = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(38))
+    xs = step_inputs(x, 0, op)
+
+    def step(block_v, base, log, ws):
+        return kernel(*xs, base, *log, ws, block_v=block_v)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for block_v in (2, 4):
+        eager_state = [base0.clone(), [t.clone() for t in log], ws.clone()]
+        state = [base0.clone(), [t.clone() for t in log], ws.clone()]
+        o_eager = step(block_v, *eager_state)
+        o = compiled(block_v, *state)
+        assert torch.equal(o, o_eager) and torch.equal(state[0], eager_state[0])
+        assert all(torch.equal(a, b) for a, b in zip(state[1], eager_state[1]))
+
+
+def test_the_gdn_op_refuses_a_raw_qk_outside_its_three_values():
+    """The GDN op takes ``raw_qk`` as an int (-1: the default, 0, 1); 5 ran as True and -7 as the default."""
+    registered = torch.ops.hf_deltalog.fused_deltalog_gdn_decode
+    x, log, _, _, _, _, _, ws = CASES["gdn"](torch.Generator().manual_seed(39))
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(40))
+    xs = step_inputs(x, 0, "gdn")
+    for bad in (5, -7):
+        opts = [None, True, False, 0, 0, 0, bad, 0]
+        assert_refused(lambda: registered(*xs, base, *log, ws, *opts), ValueError,
+                       rf"the op's raw_qk must be -1 \(the default\), 0 or 1; got {bad}", [base, *log, ws])

@@ -119,6 +119,15 @@ def test_generation_records_under_beam_search_belong_to_their_contexts():
             top2 = lm.model(torch.tensor([ids])).logits[0, -1].topk(2).indices.tolist()
         assert record["top2_ids"] == [top2]  # step 0 only: later steps' logits are per beam
         assert lm.tok_decode(record["tokens"]).startswith(text)
+    # as many returned sequences as beams: the rows line up by count, but the logits are still per beam (the shape
+    # test this replaced took it for greedy decoding and recorded every step of beam 0)
+    ids = torch.tensor([lm.tok_encode(contexts[2])])
+    with torch.no_grad():
+        out = lm.model.generate(ids, max_new_tokens=3, num_beams=2, num_return_sequences=2, do_sample=False,
+                                return_dict_in_generate=True, output_logits=True)
+    lm.generation_records.clear()
+    lm._record(ids, None, out)
+    assert len(lm.generation_records) == 1 and len(lm.generation_records[0]["top2_ids"]) == 1
 
 
 def test_unknown_cache_and_auto_batch_are_refused():

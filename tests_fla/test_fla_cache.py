@@ -838,6 +838,15 @@ def test_a_subclass_of_flas_config_or_a_copied_config_class_with_flas_model_is_s
         assert torch.equal(out if isinstance(out, torch.Tensor) else out.sequences,
                            ref if isinstance(ref, torch.Tensor) else ref.sequences)
     with pytest.raises(ValueError, match=r"serves 'gated_deltanet' models of flash-linear-attention's classes .*"
-                                         r"CopiedConfig, is neither FLA's nor derived from it"):
+                                         r"neither this config's class, .*CopiedConfig, is FLA's or derived from it"):
         DeltaLogCache(copied.config)
+
+    class RemoteModel(torch.nn.Module):  # neither class is FLA's: the message names both
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+
+    with pytest.raises(ValueError, match=r"neither this config's class, .*CopiedConfig, nor the model's, "
+                                         r".*RemoteModel, is FLA's or derived from it"):
+        DeltaLogCache(RemoteModel(copied.config))
 

@@ -17,7 +17,8 @@ import torch
 from torch.library import triton_op
 
 __all__ = [
-    "KERNELS_INTERPRETED", "OP_KIND", "check_kernel_device", "check_launch_options", "check_tile_elements",
+    "KERNELS_INTERPRETED", "OP_KIND", "check_kernel_device", "check_launch_options", "check_launcher_arguments",
+    "check_tile_elements",
     "decode_register_cap", "interpreting", "launch_device", "register_decode_op",
 ]
 
@@ -56,19 +57,37 @@ def check_kernel_device(device: torch.device) -> None:
 OP_KIND = "custom_op" if (KERNELS_INTERPRETED or os.environ.get("HF_DELTALOG_OPAQUE_OP", "0") == "1") else "triton_op"
 
 
-def register_decode_op(name: str, body: Callable, mutates: tuple[str, ...], output_like: Callable) -> Callable:
-    """Register ``body`` (fully type-annotated; it launches its kernels through the ``wrap_triton`` it is written
-    with) as the custom op ``name`` mutating ``mutates``. ``output_like(*args)`` builds the output's fake tensor."""
+def register_decode_op(name: str, body: Callable, mutates: tuple[str, ...], fake: Callable) -> Callable:
+    """Register ``body`` (fully type-annotated; it checks its arguments, then launches its kernels through the
+    ``wrap_triton`` it is written with) as the custom op ``name`` mutating ``mutates``. ``fake(*args)`` is the opaque
+    op's fake: it checks the arguments as the body does and builds the output's fake tensor (a ``triton_op`` traces
+    ``body`` itself)."""
     if OP_KIND == "triton_op":
         return triton_op(name, mutates_args=mutates)(body)
     op = torch.library.custom_op(name, mutates_args=mutates)(body)
-    op.register_fake(output_like)
+    op.register_fake(fake)
     return op
 
 
 def _is_int(x) -> bool:
-    """An integer that is not a bool (``True`` would pass as 1): a Python or a numpy integer."""
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+    """An integer that is not a bool (``True`` would pass as 1): a Python or a numpy integer, or a ``torch.SymInt``
+    (an int argument that ``torch.compile`` made symbolic, e.g. a launch option that changed between two calls)."""
+    return (isinstance(x, numbers.Integral) and not isinstance(x, bool)) or isinstance(x, torch.SymInt)
+
+
+def check_launcher_arguments(tensors: dict, block_v, num_warps, prepare_warps) -> None:
+    """What a launcher checks before its arguments become the registered op's (whose body checks values, shapes and
+    devices): every tensor argument a ``torch.Tensor`` (the op's schema would raise the dispatcher's RuntimeError) and
+    the launch options' types (they become the op's ints).
+
+    Raises:
+        TypeError: a non-tensor argument, or a launch option neither None nor an int (:func:`check_launch_options`).
+        ValueError: a launch option's bad value."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    check_launch_options(block_v, num_warps)
+    check_launch_options(None, prepare_warps, "prepare_warps")
 
 
 def check_launch_options(block_v, num_warps, warps_name: str = "num_warps") -> None:

@@ -103,22 +103,26 @@ def supported_fla_model_types() -> list[str]:
     return sorted(FLA_FAMILIES)
 
 
-def _fla_class(obj: Any) -> bool:
-    """Whether ``obj``'s class is flash-linear-attention's or derives from one of FLA's classes."""
-    return any(c.__module__.startswith("fla.") for c in type(obj).__mro__)
+def _of_fla_family(obj: Any, model_type: str) -> bool:
+    """Whether ``obj``'s class is one of FLA's classes of ``model_type`` (defined in ``fla.models.<model_type>``) or
+    derives from one; FLA's shared base classes (``fla.models.modeling_utils`` and the like) do not count."""
+    prefix = f"fla.models.{model_type}."
+    return any((getattr(c, "__module__", None) or "").startswith(prefix) for c in type(obj).__mro__)
 
 
 def fla_family_of(model_or_config: Any) -> FLAFamilySpec | None:
     """The FLA family of a model or config built by flash-linear-attention, else None: the config's ``model_type`` is
-    one of FLA's and the config's class, or the model's, is FLA's or a subclass of it (a user's subclass of FLA's config,
-    or FLA's model class with a config class copied from FLA's, as remote code does).
+    one of FLA's and the config's class, or the model's, is FLA's class of that family or a subclass of it (a user's
+    subclass of FLA's config, or FLA's model class with a config class copied from FLA's, as remote code does).
 
     Reads only the objects' classes and ``model_type``: it never imports FLA, so transformers' own models stay free of it.
     """
     config = getattr(model_or_config, "config", model_or_config)
-    if not (_fla_class(config) or (config is not model_or_config and _fla_class(model_or_config))):
+    spec = FLA_FAMILIES.get(getattr(config, "model_type", None))
+    if spec is None:
         return None
-    return FLA_FAMILIES.get(getattr(config, "model_type", None))
+    owners = (config,) if config is model_or_config else (config, model_or_config)
+    return spec if any(_of_fla_family(obj, spec.model_type) for obj in owners) else None
 
 
 def _resolve(model_type: str) -> FLAFamilySpec:

@@ -58,12 +58,12 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    OP_KIND, check_kernel_device, check_launch_options, check_tile_elements, decode_register_cap, launch_device,
-    register_decode_op,
+    OP_KIND, check_kernel_device, check_launch_options, check_launcher_arguments, check_tile_elements,
+    decode_register_cap, launch_device, register_decode_op,
 )
 from hf_deltalog.kernels._op import _is_int
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_tensors, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
 )
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
 OP_NAME = "hf_deltalog::fused_deltalog_gdn_decode"
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_PDL_NEEDS = "_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device"
 _GATE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
@@ -394,9 +395,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
         decay_log=decay_log, length=length, workspace=workspace,
     )
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    # (every argument is a tensor here: the launcher checked, and the op's schema admits nothing else)
     if q.dim() != 4 or k.shape != q.shape:
         raise ValueError(f"q and k must both be [B, 1, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
     B, T, Hk, K = q.shape
@@ -474,7 +473,10 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
 
 def _validate_op_args(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
                       use_qk_l2norm, state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps):
-    """:func:`_validate` on the custom op's arguments (its int launch options: 0 keeps the default)."""
+    """:func:`_validate` on the custom op's arguments (its int launch options: 0 keeps the default; ``raw_qk`` −1
+    keeps it, 0 / 1 set it)."""
+    if raw_qk not in (-1, 0, 1):
+        raise ValueError(f"the op's raw_qk must be -1 (the default), 0 or 1; got {raw_qk!r}")
     return _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first,
                      block_v or None, num_warps or None, heads_per_program or None, prepare_warps or None)
 
@@ -487,7 +489,7 @@ def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, 
     _validate_op_args(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
                       use_qk_l2norm, state_v_first, block_v, num_warps, heads_per_program, raw_qk, prepare_warps)
     if pdl and q.device.type != "cuda":
-        raise ValueError("_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device")
+        raise ValueError(_PDL_NEEDS)
     check_disjoint(dict(q=q, k=k, v=v, g=g, beta=beta, base=base,
                         log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log, length=length,
                         workspace=workspace),
@@ -655,18 +657,16 @@ def fused_deltalog_gdn_decode(
     """
     check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
                 use_custom_op=use_custom_op)
-    # types here, before the op's schema sees them (a non-tensor would get the dispatcher's RuntimeError) and the
-    # options become its ints; the values, shapes and devices: in _launch
-    check_tensors(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
-                  decay_log=decay_log, length=length, workspace=workspace)
-    check_launch_options(block_v, num_warps)
-    check_launch_options(None, prepare_warps, "prepare_warps")
+    # the values, shapes and devices: in _launch
+    check_launcher_arguments(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log,
+                                  u_log=u_log, decay_log=decay_log, length=length, workspace=workspace),
+                             block_v, num_warps, prepare_warps)
     if heads_per_program is not None and not _is_int(heads_per_program):
         raise TypeError(f"heads_per_program must be an int (or None for the default); got {heads_per_program!r}")
     if raw_qk is not None and not isinstance(raw_qk, bool):
         raise TypeError(f"raw_qk must be True, False or None (the default); got {raw_qk!r}")
     if _pdl and use_custom_op:
-        raise ValueError("_pdl (experimental programmatic dependent launch) needs use_custom_op=False and a CUDA device")
+        raise ValueError(_PDL_NEEDS)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace,
             None if scale is None else float(scale), bool(use_qk_l2norm_in_kernel), bool(state_v_first),
             int(block_v or 0), int(num_warps or 0), int(heads_per_program or 0),

@@ -40,10 +40,11 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    check_kernel_device, check_launch_options, check_tile_elements, launch_device, register_decode_op,
+    check_kernel_device, check_launch_options, check_launcher_arguments, check_tile_elements, launch_device,
+    register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_tensors, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
 )
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
@@ -257,9 +258,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
               block_v=8, num_warps=1, prepare_warps=None):
     named = dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
                  decay_log=decay_log, length=length, workspace=workspace)
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    # (every argument is a tensor here: the launcher checked, and the op's schema admits nothing else)
     if q.dim() != 4 or k.shape != q.shape or q.shape[1] != 1:
         raise ValueError(f"q and k must both be [B, 1, Hk, K]; got q {tuple(q.shape)} and k {tuple(k.shape)}")
     B, _, Hk, K = q.shape
@@ -304,13 +303,20 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
     check_launch_options(None, prepare_warps, "prepare_warps")
 
 
+def _validate_op_args(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
+                      use_qk_l2norm, state_v_first, block_v, num_warps, prepare_warps):
+    """:func:`_validate` on the custom op's arguments (``prepare_warps`` 0 keeps the default)."""
+    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps, prepare_warps or None)
+
+
 def _launch(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
             state_v_first, block_v, num_warps, prepare_warps, wrap):
     # Every check here, in the body: the registered op can be called directly (torch.ops.hf_deltalog...), and its
     # opaque form runs this body with real tensors inside a compiled graph too (check_disjoint skips traced and fake
     # tensors). Nothing is written before all of them pass.
-    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
-              num_warps, prepare_warps or None)
+    _validate_op_args(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale,
+                      use_qk_l2norm, state_v_first, block_v, num_warps, prepare_warps)
     check_disjoint(dict(q=q, k=k, v=v, g=g, beta=beta, base=base,
                         log_decay=log_decay, k_log=k_log, u_log=u_log, decay_log=decay_log, length=length,
                         workspace=workspace),
@@ -354,11 +360,8 @@ def _op_body(
                    use_qk_l2norm_in_kernel, state_v_first, block_v, num_warps, prepare_warps, wrap_triton)
 
 
-def _op_fake(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, scale, use_qk_l2norm,
-             state_v_first, block_v, num_warps, prepare_warps):
-    # while torch.compile traces the opaque op: the launcher's errors, at once
-    _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace, state_v_first, block_v,
-              num_warps, prepare_warps or None)
+def _op_fake(q, k, v, *rest):
+    _validate_op_args(q, k, v, *rest)  # while torch.compile traces the opaque op: the launcher's errors, at once
     return q.new_empty((q.shape[0], 1, v.shape[2], v.shape[3]))
 
 
@@ -428,12 +431,10 @@ def fused_deltalog_kda_decode(
     """
     check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first,
                 use_custom_op=use_custom_op)
-    # types here, before the op's schema sees them (a non-tensor would get the dispatcher's RuntimeError) and the
-    # options become its ints; the values, shapes and devices: in _launch
-    check_tensors(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log, u_log=u_log,
-                  decay_log=decay_log, length=length, workspace=workspace)
-    check_launch_options(block_v, num_warps)
-    check_launch_options(None, prepare_warps, "prepare_warps")
+    # the values, shapes and devices: in _launch
+    check_launcher_arguments(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log,
+                                  u_log=u_log, decay_log=decay_log, length=length, workspace=workspace),
+                             block_v, num_warps, prepare_warps)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace,
             None if scale is None else float(scale), bool(use_qk_l2norm_in_kernel), bool(state_v_first),
             int(8 if block_v is None else block_v), int(1 if num_warps is None else num_warps), int(prepare_warps or 0))

@@ -33,11 +33,11 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from hf_deltalog.kernels._op import (
-    check_kernel_device, check_launch_options, check_tile_elements, decode_register_cap, default_prepare_warps,
-    launch_device, register_decode_op,
+    check_kernel_device, check_launch_options, check_launcher_arguments, check_tile_elements, decode_register_cap,
+    default_prepare_warps, launch_device, register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_tensors, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
 )
 from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
@@ -232,9 +232,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
               block_v=8, num_warps=1, prepare_warps=None):
     named = dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
                  decay_log=decay_log, length=length, workspace=workspace)
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    # (every argument is a tensor here: the launcher checked, and the op's schema admits nothing else)
     if r.dim() != 4 or r.shape[1] != 1 or k.shape != r.shape or w.shape != r.shape:
         raise ValueError(f"r, k and w must all be [B, 1, H, K]; got r {tuple(r.shape)}, k {tuple(k.shape)}, "
                          f"w {tuple(w.shape)}")
@@ -276,13 +274,20 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     check_launch_options(None, prepare_warps, "prepare_warps")
 
 
+def _validate_op_args(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale,
+                      state_v_first, block_v, num_warps, prepare_warps):
+    """:func:`_validate` on the custom op's arguments (``prepare_warps`` 0 keeps the default)."""
+    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first, block_v,
+              num_warps, prepare_warps or None)
+
+
 def _launch(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first,
             block_v, num_warps, prepare_warps, wrap):
     # Every check here, in the body: the registered op can be called directly (torch.ops.hf_deltalog...), and its
     # opaque form runs this body with real tensors inside a compiled graph too (check_disjoint skips traced and fake
     # tensors). Nothing is written before all of them pass.
-    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first, block_v,
-              num_warps, prepare_warps or None)
+    _validate_op_args(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale,
+                      state_v_first, block_v, num_warps, prepare_warps)
     check_disjoint(dict(r=r, k=k, v=v, w=w, u=u, base=base,
                         log_decay=log_decay, k_log=k_log, v_log=v_log, decay_log=decay_log, length=length,
                         workspace=workspace),
@@ -326,11 +331,8 @@ def _op_body(
                    block_v, num_warps, prepare_warps, wrap_triton)
 
 
-def _op_fake(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, scale, state_v_first, block_v,
-             num_warps, prepare_warps):
-    # while torch.compile traces the opaque op: the launcher's errors, at once
-    _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace, state_v_first, block_v,
-              num_warps, prepare_warps or None)
+def _op_fake(r, k, v, *rest):
+    _validate_op_args(r, k, v, *rest)  # while torch.compile traces the opaque op: the launcher's errors, at once
     return r.new_empty((r.shape[0], 1, r.shape[2], v.shape[3]))
 
 
@@ -396,12 +398,10 @@ def fused_deltalog_rwkv6_decode(
     called directly (``prepare_warps`` 0 keeps the default there). Inference only: the op has no autograd formula.
     """
     check_flags(state_v_first=state_v_first, use_custom_op=use_custom_op)
-    # types here, before the op's schema sees them (a non-tensor would get the dispatcher's RuntimeError) and the
-    # options become its ints; the values, shapes and devices: in _launch
-    check_tensors(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log, v_log=v_log,
-                  decay_log=decay_log, length=length, workspace=workspace)
-    check_launch_options(block_v, num_warps)
-    check_launch_options(None, prepare_warps, "prepare_warps")
+    # the values, shapes and devices: in _launch
+    check_launcher_arguments(dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log,
+                                  v_log=v_log, decay_log=decay_log, length=length, workspace=workspace),
+                             block_v, num_warps, prepare_warps)
     args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace,
             None if scale is None else float(scale), bool(state_v_first), int(8 if block_v is None else block_v),
             int(1 if num_warps is None else num_warps), int(prepare_warps or 0))
