@@ -5,7 +5,9 @@ test (tests/test_extreme_inputs.py::test_a_launch_option_that_compile_makes_symb
 here Inductor traces the ``triton_op`` body, where ``block_v`` becomes a kernel constexpr. For GDN, KDA and RWKV6
 (B = 4, Hk = 2 / HV = 4 for GDN and KDA, H = 4 for RWKV6, K = 64, V = 32, C = 3, rows at lengths 0..3) a compiled step
 (``fullgraph=True``, Inductor) is called with ``block_v`` 8, 16 and 8 again; each call's output and buffers are compared
-with an eager call from the same state: state buffers bit-identical, bf16 outputs within 2**-7 of the largest output
+with an eager call from the same state: state buffers bit-identical (the workspace, scratch, is reported only: on an
+H200 Inductor's runs left it different while outputs and state were bit-identical), bf16 outputs within 2**-7 of the
+largest output
 (about two bf16 rounding steps: eval/gpu_compile_check.py found Inductor's outputs rounding-sized apart, up to 0.016
 for RWKV6). Prints one JSON line per call; exit status 1 on a failure.
 
@@ -73,7 +75,11 @@ def main() -> int:
                 o = compiled(block_v, *comp_bufs)
                 torch.cuda.synchronize()
                 row["max_abs_o_diff"] = float((o.float() - o_eager.float()).abs().max())
-                row["state_identical"] = all(torch.equal(a, b) for a, b in zip(comp_bufs, eager_bufs))
+                names = ["base", "log_decay", "k_log", "value_log", "decay_log", "length"]
+                row["differing"] = [n for n, a, b in zip(names, comp_bufs, eager_bufs) if not torch.equal(a, b)]
+                row["state_identical"] = not row["differing"]
+                # scratch (its content between calls does not matter); reported, not judged
+                row["workspace_identical"] = torch.equal(comp_bufs[-1], eager_bufs[-1])
                 row["ok"] = row["state_identical"] and row["max_abs_o_diff"] <= 2**-7 * max(
                     1.0, float(o_eager.float().abs().max()))
             except Exception as e:  # noqa: BLE001 - reported, counted as a failure
