@@ -11,7 +11,7 @@ each operator (B = 2, Hk = 2, HV = 4 for GDN / KDA, H = 4 for RWKV6, K = 64, V =
 - a decode tile over Triton's 2**20 elements (K = 2048, V = 1024, ``block_v`` = 1024): refused before either launch;
 - valid arguments: the op's output and buffers bit-identical to the launcher's.
 
-Prints one JSON line per case and exits 1 on any failure.
+Prints one JSON line per case and exits 1 on any failure (and, with a message, without a CUDA device).
 
     python eval/gpu_op_check.py [--device cuda]
 """
@@ -111,7 +111,7 @@ def main() -> int:
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: this script checks the triton_op form on a GPU", file=sys.stderr)
-        return 2
+        return 1
     failures = 0
     for op in ("gdn", "kda", "rwkv6"):
         for row in check(op, args.device):

@@ -9,7 +9,7 @@ with an eager call from the same state: state buffers bit-identical (the workspa
 H200 Inductor's runs left it different while outputs and state were bit-identical), bf16 outputs within 2**-7 of the
 largest output
 (about two bf16 rounding steps: eval/gpu_compile_check.py found Inductor's outputs rounding-sized apart, up to 0.016
-for RWKV6). Prints one JSON line per call; exit status 1 on a failure.
+for RWKV6). Prints one JSON line per call; exit status 1 on a failure (and, with a message, without a CUDA device).
 
     python eval/gpu_symbolic_option_check.py
 """
@@ -57,7 +57,7 @@ def state(op: str, device: str):
 def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: this script checks the triton_op form on a GPU", file=sys.stderr)
-        return 2
+        return 1
     failures = 0
     for op in ("gdn", "kda", "rwkv6"):
         launcher, xs, bufs = state(op, "cuda")

@@ -530,7 +530,8 @@ def test_tpot_report_refuses_what_is_not_a_tpot_json(tmp_path, capsys, content, 
 
 # ------------------------------------------------------------------------------------------ GPU-only scripts
 @NO_CUDA
-@pytest.mark.parametrize("script", ["step_kernel_times.py", "stream_read_probe.py", "profile_gdn_kernel.py"])
+@pytest.mark.parametrize("script", ["step_kernel_times.py", "stream_read_probe.py", "profile_gdn_kernel.py",
+                                    "gpu_op_check.py", "gpu_symbolic_option_check.py"])
 def test_gpu_only_scripts_say_no_cuda(script):
     """They raised `AssertionError: Torch not compiled with CUDA enabled`."""
     run = subprocess.run([sys.executable, str(EVAL / script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
