@@ -18,8 +18,7 @@ from torch.library import triton_op
 
 __all__ = [
     "KERNELS_INTERPRETED", "OP_KIND", "check_kernel_device", "check_launch_options", "check_launcher_arguments",
-    "check_tile_elements",
-    "decode_register_cap", "interpreting", "launch_device", "register_decode_op",
+    "check_tile_elements", "decode_register_cap", "interpreting", "launch_device", "register_decode_op",
 ]
 
 
