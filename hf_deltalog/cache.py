@@ -625,11 +625,12 @@ class DeltaLogLayer(LinearAttentionLayer):
         return full
 
     def update_recurrent_state(self, recurrent_states: Any, state_idx: int = 0, **kwargs) -> Any:
-        """Take the dense state a prefill/continuation produced (restarting the log), or our own handle (no-op)."""
+        """Take the dense state a prefill/continuation produced (restarting the log), or our own handle (no-op).
+
+        Everything is checked before anything changes; a refusal locks the cache only when a model's forward made
+        the call (:meth:`_refuse`). See :meth:`DeltaLogCache.update_recurrent_state` for the arguments and errors."""
         if state_idx != 0:
             raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
-        self._moved = True  # until the store completes
-        self._history, self._history_seen = [], -1  # a step since the history was kept: its tokens are not the last
         states: list[torch.Tensor] = []
         if isinstance(recurrent_states, (list, tuple)):
             # transformers >= 5.25 with kept recurrent states: the states after each of the forward's last tokens
@@ -640,7 +641,8 @@ class DeltaLogLayer(LinearAttentionLayer):
             states, recurrent_states = list(recurrent_states[:-1]), recurrent_states[-1]
         if isinstance(recurrent_states, DeltaLogState):
             if recurrent_states is not self.handle:
-                raise self.status.reject(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
+                raise self._refuse(f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
+            self._history, self._history_seen = [], -1  # a step since the history was kept: its tokens are not the last
             if self.static:
                 # No host state changes on the decode path: a captured graph replays only device work.
                 if self.owns_step_counter:
@@ -650,29 +652,16 @@ class DeltaLogLayer(LinearAttentionLayer):
             self._pending = 0
             self._in_step = self._moved = False
             return self.handle
-        if not isinstance(recurrent_states, torch.Tensor) or not recurrent_states.is_floating_point():
-            got = recurrent_states.dtype if isinstance(recurrent_states, torch.Tensor) else type(recurrent_states)
-            raise TypeError(f"recurrent state must be a floating tensor or a DeltaLogState; got {got}")
-        conv = self.conv_states[0]
-        if self.has_previous_state[0] and conv is not None and recurrent_states.dim() == 4 \
-                and conv.shape[0] != recurrent_states.shape[0]:
-            # the model stores the conv window first, with the forward's rows: a state of other rows is not its own
-            raise ValueError(f"layer {self.layer_idx} holds {conv.shape[0]} rows but was handed a recurrent state of "
-                             f"{recurrent_states.shape[0]}; call cache.reset() before a batch of another size")
-        expected = (self.num_v_heads, self.k_head_dim, self.v_head_dim)
-        if recurrent_states.dim() != 4 or tuple(recurrent_states.shape[1:]) != expected:
-            raise self.status.reject(
-                f"layer {self.layer_idx}: the model produced a recurrent state of shape {tuple(recurrent_states.shape)}, "
-                f"but this DeltaLogCache was built for [B, HV, K, V] = [B, {', '.join(map(str, expected))}]: it belongs "
-                "to a model with another configuration"
-            )
-        batch = recurrent_states.shape[0]
+        self._check_dense_state(recurrent_states, states)
         act_dtype = self._activation_dtype()
         try:
             replan = self.base is not None and act_dtype is not None and \
                 self._resolve_backend(recurrent_states.device, act_dtype) != self.backend
         except ValueError as err:  # inside a forward: earlier layers may have advanced, so the cache is locked
-            raise self.status.reject(str(err)) from None
+            raise self._refuse(str(err)) from None
+        self._moved = True  # until the store completes
+        self._history, self._history_seen = [], -1
+        batch = recurrent_states.shape[0]
         if self.base is None or self.base.shape[0] != batch or self.base.device != recurrent_states.device or replan:
             # on the device of the layer that produced the state; planned again when the backend would change (a
             # float64 model, which the Triton kernels do not take, before or after one they do, across reset())
@@ -687,13 +676,49 @@ class DeltaLogLayer(LinearAttentionLayer):
         self._pending = 0
         self._in_step = self._moved = False
         if states and self.record_past and self.recurrent_states_to_keep:
-            expected = tuple(recurrent_states.shape)
-            if any(tuple(t.shape) != expected for t in states):
-                raise self.status.reject(
-                    f"layer {self.layer_idx}: the kept recurrent states have shapes "
-                    f"{sorted({tuple(t.shape) for t in states})}, the last one {expected}: they must all be alike")
             self._history, self._history_seen = [t.to(torch.float32) for t in states], self._seen
         return self.handle
+
+    def _check_dense_state(self, state: Any, kept: list[torch.Tensor]) -> None:
+        """Refuse a dense state (and the states kept before it) that this layer cannot take, before anything changes:
+        not a floating tensor, another ``[B, HV, K, V]`` shape than the cache's, other rows or another device than the
+        conv window the model stored in the same forward.
+
+        Raises:
+            TypeError: not a floating tensor. ValueError: the rest (:meth:`_refuse`).
+        """
+        for t in (state, *kept):
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                got = t.dtype if isinstance(t, torch.Tensor) else type(t)
+                raise TypeError(f"recurrent state must be a floating tensor or a DeltaLogState; got {got}")
+        conv = self.conv_states[0]
+        if self.has_previous_state[0] and conv is not None and state.dim() == 4 and conv.shape[0] != state.shape[0]:
+            # the model stores the conv window first, with the forward's rows: a state of other rows is not its own
+            raise ValueError(f"layer {self.layer_idx} holds {conv.shape[0]} rows but was handed a recurrent state of "
+                             f"{state.shape[0]}; call cache.reset() before a batch of another size")
+        expected = (self.num_v_heads, self.k_head_dim, self.v_head_dim)
+        if state.dim() != 4 or tuple(state.shape[1:]) != expected:
+            raise self._refuse(
+                f"layer {self.layer_idx}: the model produced a recurrent state of shape {tuple(state.shape)}, "
+                f"but this DeltaLogCache was built for [B, HV, K, V] = [B, {', '.join(map(str, expected))}]: it belongs "
+                "to a model with another configuration"
+            )
+        if self.has_previous_state[0] and conv is not None and conv.device != state.device:
+            # a layer's conv window and recurrent state come from one module on one device
+            raise self._refuse(
+                f"layer {self.layer_idx} holds its conv window on {conv.device} but was handed a recurrent state on "
+                f"{state.device}: the state must be on the device of the layer that produced it")
+        if kept and self.record_past and self.recurrent_states_to_keep \
+                and any(tuple(t.shape) != tuple(state.shape) for t in kept):
+            raise self._refuse(
+                f"layer {self.layer_idx}: the kept recurrent states have shapes "
+                f"{sorted({tuple(t.shape) for t in kept})}, the last one {tuple(state.shape)}: they must all be alike")
+
+    def _refuse(self, message: str) -> ValueError:
+        """The ValueError of a store refused before it changed anything. When a model's forward made the call, the
+        layers before this one in that forward have advanced, so the cache is locked until ``reset()``
+        (:meth:`_Status.reject`); a call from user code leaves the cache as it was, and usable."""
+        return self.status.reject(message) if _called_by_a_module() else ValueError(message)
 
     def seen_tokens(self) -> int:
         """Tokens this layer consumed (reads the device counter in static mode: not for the decode path)."""
@@ -1836,9 +1861,13 @@ class DeltaLogCache(DynamicCache):
         beyond counting the step. Returns what the model keeps (the handle).
 
         Raises:
-            TypeError: a ``layer_idx`` that is not an int; neither a floating tensor nor a DeltaLogState.
+            TypeError: a ``layer_idx`` that is not an int; neither a floating tensor nor a DeltaLogState (for the
+                list form of kept states: each of them).
             ValueError: no such layer, not a linear-attention layer, ``state_idx`` other than 0, a state of another
-                shape or of other rows than the layer's conv window, or another layer's or cache's handle.
+                shape, or of other rows or on another device than the layer's conv window, kept states of unlike
+                shapes, or another layer's or cache's handle. Everything is checked before anything changes: a
+                refusal inside a model's forward locks the cache until ``reset()`` (the layers before it in that
+                forward have advanced); one from user code leaves it as it was.
         """
         return self._require_linear(layer_idx).update_recurrent_state(recurrent_states, state_idx, **kwargs)
 

@@ -296,16 +296,41 @@ class FLADeltaLogLayer(FLALayer):
             for name in self._names:
                 setattr(self, name, getattr(self, name).clone())
 
-    def _absorb(self, state: torch.Tensor) -> None:
-        """Take the dense final state FLA's kernel returned (FLA's layout): it becomes the base, the log restarts."""
+    def check_recurrent_state(self, state: torch.Tensor, conv_state: Any = None, forward: bool = True) -> None:
+        """Refuse, before anything changes, a dense recurrent state this layer cannot take: not a floating tensor, not
+        FLA's ``[N, HV, V, K]`` (GDN/KDA) / ``[N, H, K, V]`` (RWKV6) shape of this model, or on another device than the
+        layer's conv / token-shift state (``conv_state``: the one stored with it, else the one the layer holds).
+
+        Raises:
+            TypeError: not a floating tensor.
+            ValueError: the rest; it locks the cache until ``reset()`` when ``forward`` (a store by FLA's model code:
+                the layers before this one in that forward have advanced), not for a store by other code.
+        """
+        def refuse(message: str) -> ValueError:
+            return self.shared.status.reject(message) if forward else ValueError(message)
+
+        if not state.is_floating_point():
+            raise TypeError(f"layer {self.layer_idx}: a recurrent state must be a floating tensor; got {state.dtype}")
         rows = state.shape[0] if state.dim() == 4 else -1
         if state.dim() != 4 or tuple(state.shape) != self._fla_shape(rows):
             layout = "[N, HV, V, K]" if self.spec.state_v_first else "[N, H, K, V]"
-            raise self.shared.status.reject(
+            raise refuse(
                 f"layer {self.layer_idx}: the model produced a recurrent state of shape {tuple(state.shape)}, but this "
                 f"DeltaLogCache was built for FLA's {self.spec.model_type!r} layout {layout} = "
                 f"{list(self._fla_shape(rows))[1:]}: it belongs to a model with another configuration"
             )
+        if conv_state is None and self.state is not None:
+            conv_state = self.state.get("conv_state")
+        conv = conv_state if isinstance(conv_state, (tuple, list)) else (conv_state,)
+        elsewhere = sorted({str(t.device) for t in conv if isinstance(t, torch.Tensor) and t.device != state.device})
+        if elsewhere:
+            raise refuse(f"layer {self.layer_idx}: a recurrent state on {state.device}, but the layer's conv state is on "
+                         f"{', '.join(elsewhere)}: the state must be on the device of the layer that produced it")
+
+    def _absorb(self, state: torch.Tensor) -> None:
+        """Take the dense final state FLA's kernel returned (FLA's layout, checked by :meth:`check_recurrent_state`):
+        it becomes the base, the log restarts."""
+        rows = state.shape[0]
         if self.base is None or self.base.shape[0] != rows or self.base.device != state.device:
             self._allocate(rows, state.device)
         self._leave_inference_tensors()
@@ -318,21 +343,32 @@ class FLADeltaLogLayer(FLALayer):
 
     # ------------------------------------------------------------------ FLA's layer API
     def update(self, *, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, offset: int = 1,
-               cache_kwargs=None, **kwargs) -> dict[str, Any]:
+               cache_kwargs=None, forward: bool = True, **kwargs) -> dict[str, Any]:
+        """FLA's layer ``update``: store the layer's new states; a dense ``recurrent_state`` restarts the log, this
+        layer's handle (what a DeltaLog step returned) is kept as it is. ``forward``: the store is a step of a model's
+        forward (a refusal then locks the cache; see :meth:`FLADeltaLogCache.update`).
+
+        Raises:
+            TypeError: a recurrent state that is not a floating tensor (:meth:`check_recurrent_state`).
+            ValueError: a dense state this layer cannot take, another layer's or cache's handle, something else than
+                a tensor or handle, or ``offset`` tokens consumed without a recurrent state.
+        """
+        refuse = self.shared.status.reject if forward else ValueError  # nothing has changed yet
         if isinstance(recurrent_state, torch.Tensor):
+            self.check_recurrent_state(recurrent_state, conv_state, forward)
             self._absorb(recurrent_state)
             recurrent_state = self.handle
         elif isinstance(recurrent_state, FLADeltaLogState):
             if recurrent_state is not self.handle:
-                raise self.shared.status.reject(
+                raise refuse(
                     f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
         elif recurrent_state is not None:
-            raise self.shared.status.reject(
+            raise refuse(
                 f"layer {self.layer_idx}: a recurrent state must be a tensor; got {type(recurrent_state).__name__}")
         elif offset is not None and offset > 0:
             # FLA's layers store their states with use_cache=False too, without a recurrent state: the conv or
             # token-shift window has moved by `offset` tokens that the recurrent state never saw
-            raise self.shared.status.reject(
+            raise refuse(
                 f"layer {self.layer_idx} consumed {offset} token(s) without storing a recurrent state (a forward with "
                 "use_cache=False and this cache passed?): its conv / token-shift window moved past its state. Pass "
                 "use_cache=True with a cache, or no cache with use_cache=False")
@@ -673,10 +709,27 @@ class FLADeltaLogCache(FLACache):
 
     def update(self, recurrent_state=None, attn_state=None, conv_state=None, ffn_state=None, layer_idx: int = 0,
                offset: int | None = 1, cache_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        """FLA's ``Cache.update``: store a layer's new states (a dense recurrent state restarts that layer's log)."""
+        """FLA's ``Cache.update``: store a layer's new states (a dense recurrent state, FLA's ``[N, HV, V, K]`` for
+        GDN/KDA or ``[N, H, K, V]`` for RWKV6 in any float dtype, becomes that layer's fp32 base and restarts its log;
+        the layer's handle, what a DeltaLog step returned, is kept). A store by FLA's model code is a step of a
+        forward; one by other code (driving the cache layer by layer) only stores. Returns the layer's state dict.
+
+        Raises:
+            TypeError: a recurrent state that is not a floating tensor.
+            ValueError: the cache is locked; no such layer; a recurrent state for an attention layer, of another shape
+                than this model's, or on another device than the layer's conv state; another layer's or cache's
+                handle; ``offset`` tokens stored without a recurrent state. Checked before anything changes: a
+                refusal inside a forward locks the cache until ``reset()`` (the layers before it have advanced), one
+                from other code leaves it as it was.
+        """
         self._shared.status.check()
+        # A store by FLA's model code (its layers, RWKV6's FFN) is a step of a forward; one from elsewhere (code that
+        # drives the cache layer by layer) only stores
+        caller = sys._getframe(1)
+        forward = caller.f_globals.get("__name__", "").startswith("fla.")
+        refuse = self._shared.status.reject if forward else ValueError  # nothing has changed yet
         if not 0 <= layer_idx < len(self._linear):
-            raise self._shared.status.reject(
+            raise refuse(
                 f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} config with "
                 f"{len(self._linear)} layers; build the cache from the model that uses it"
             )
@@ -684,14 +737,10 @@ class FLADeltaLogCache(FLACache):
             self.layers.append(self._new_layer(len(self.layers)))
         layer = self.layers[layer_idx]
         if recurrent_state is not None and not isinstance(layer, FLADeltaLogLayer):
-            raise self._shared.status.reject(
+            raise refuse(
                 f"the model passed a recurrent state for layer {layer_idx}, but this DeltaLogCache was built for a "
                 f"config whose layer {layer_idx} is softmax attention; build the cache from the model that uses it"
             )
-        # A store by FLA's model code (its layers, RWKV6's FFN) is a step of a forward; one from elsewhere (code that
-        # drives the cache layer by layer) only stores
-        caller = sys._getframe(1)
-        forward = caller.f_globals.get("__name__", "").startswith("fla.")
         if forward and caller.f_code.co_name == "update_layer_cache" and caller.f_back is not None:
             # the layer that stores: one of another served family, or a recurrent layer of a family DeltaLogCache does
             # not serve (DeltaNet, GLA, ...: FLA's layer modules share these helpers)
@@ -705,7 +754,8 @@ class FLADeltaLogCache(FLACache):
                 recurrent_state if isinstance(recurrent_state, torch.Tensor) else ffn_state
             self._refuse_other_rows(first.shape[0] if isinstance(first, torch.Tensor) else None, layer_idx)
         out = layer.update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
-                           ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs)
+                           ffn_state=ffn_state, offset=offset if offset is not None else 1, cache_kwargs=cache_kwargs,
+                           **({"forward": forward} if isinstance(layer, FLADeltaLogLayer) else {}))
         if forward and self.spec.ffn_state and not ffn_only:
             self._inside.add(layer_idx)  # the FFN's store ends this layer's step
         else:

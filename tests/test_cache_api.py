@@ -2970,7 +2970,7 @@ def test_user_mistakes_get_messages_that_say_what_to_do():
         hf_deltalog.is_patched(model)
     with pytest.raises(TypeError, match=r"list of them; got a Qwen3_5ForCausalLM \(pass its config.model_type"):
         hf_deltalog.patch(model)
-    # a 0-dim state: was an IndexError (last: like any state of the wrong shape, it locks the cache)
+    # a 0-dim state: was an IndexError (refused from user code, it leaves the cache as it was)
     with pytest.raises(ValueError, match="the model produced a recurrent state of shape \\(\\)"):  # was IndexError
         cache.update_recurrent_state(torch.tensor(1.0), 0)
 
@@ -2984,3 +2984,46 @@ def test_triton_backend_on_the_cpu_says_a_new_cache_is_needed(monkeypatch):
     with pytest.raises(ValueError, match=r"build a new DeltaLogCache\(model, backend='torch'\) for the CPU "
                                          r"\(reset\(\) keeps the backend\)"):
         model.generate(prompt_ids(2, 5), cache=DeltaLogCache(model, backend="triton"), max_new_tokens=1)
+
+
+def test_a_store_refused_from_user_code_changes_nothing_and_does_not_lock():
+    """update_recurrent_state called by user code with a state the layer cannot take: every check now runs before
+    anything changes, and only a refusal inside a model's forward locks the cache (the layers before it in that
+    forward have advanced). Before: a state of another shape or another cache's handle locked the cache with a message
+    about a forward that was not running; an int / bool state was copied into the fp32 base; a state on another device
+    (here: meta) moved the layer's buffers there, away from its conv window, and the next generate failed in torch; a
+    list of kept states of unlike shapes replaced the base before it was refused."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model, merge_interval=4)
+    out = model.generate(ids, cache=cache, max_new_tokens=3, do_sample=False)
+    layer = cache.layers[0]
+    hv, k, v = layer.num_v_heads, layer.k_head_dim, layer.v_head_dim
+    assert k != v  # a [B, HV, V, K] state is of another shape
+    state, seen = cache.materialize(0), cache.get_seq_length()
+    other = DeltaLogCache(model, merge_interval=4)
+    model.generate(ids, cache=other, max_new_tokens=1, do_sample=False)
+    cache.activate_past_recording(recurrent_states_to_keep=2)
+    refused = [
+        (ValueError, r"recurrent state of shape \(2, 4, 16, 8\), but .* \[B, HV, K, V\] = \[B, 4, 8, 16\]",
+         torch.zeros(2, hv, v, k)),
+        (ValueError, "handed the DeltaLog state of another layer or cache", other.get_recurrent_state(0)),
+        (TypeError, "must be a floating tensor or a DeltaLogState; got torch.int32",
+         torch.ones(2, hv, k, v, dtype=torch.int32)),
+        (TypeError, "got torch.bool", torch.ones(2, hv, k, v, dtype=torch.bool)),
+        (ValueError, "holds its conv window on cpu but was handed a recurrent state on meta",
+         torch.empty(2, hv, k, v, device="meta")),
+        (ValueError, r"kept recurrent states have shapes \[\(2, 4, 8, 17\)\], the last one \(2, 4, 8, 16\)",
+         [torch.zeros(2, hv, k, v + 1), torch.randn(2, hv, k, v)]),
+        (TypeError, "got torch.int64", [torch.ones(2, hv, k, v, dtype=torch.int64), torch.randn(2, hv, k, v)]),
+    ]
+    for error, says, bad in refused:
+        with pytest.raises(error, match=says):
+            cache.update_recurrent_state(bad, 0)
+        assert cache._status.broken is None, says
+        assert layer.base.device == state.device and torch.equal(cache.materialize(0), state), says
+        assert cache.get_seq_length() == seen and not layer._in_step and not layer._moved, says
+    # still usable, and what a fresh cache gives
+    more = model.generate(out, cache=cache, max_new_tokens=3, do_sample=False)
+    reference = model.generate(ids, cache=DynamicCache(config=model.config), max_new_tokens=6, do_sample=False)
+    assert torch.equal(more, reference)

@@ -9,7 +9,17 @@ import pytest
 import torch
 import transformers
 from fla.models.utils import Cache
-from helpers import DIMS, FAMILIES, fla_cache_reaches_model, generate_ours, max_abs, prompt_ids, rel_err, tiny_model
+from helpers import (
+    DIMS,
+    FAMILIES,
+    fla_cache_reaches_model,
+    generate_ours,
+    generate_ref,
+    max_abs,
+    prompt_ids,
+    rel_err,
+    tiny_model,
+)
 
 import hf_deltalog
 from hf_deltalog import DeltaLogCache
@@ -442,10 +452,51 @@ def test_wrong_state_shape_is_refused():
     Hk, HV, K, V = DIMS["gated_deltanet"]
     with pytest.raises(ValueError, match=r"layout \[N, HV, V, K\]"):
         cache.update(recurrent_state=torch.zeros(2, HV, K, V), layer_idx=0)  # K-major: FLA's GDN keeps V-first
-    with pytest.raises(ValueError, match="locked by a call it refused"):
-        cache.update(conv_state=None, layer_idx=0)
     with pytest.raises(ValueError, match="does not exist"):
         DeltaLogCache(tiny_model("rwkv6").config).update(recurrent_state=torch.zeros(1), layer_idx=7)
+
+
+def test_a_store_refused_from_user_code_changes_nothing_and_does_not_lock():
+    """``cache.update`` called by code other than FLA's model with a recurrent state the layer cannot take: checked
+    before anything changes, and only a refusal inside a forward locks the cache. Before: an int32 or bool state was
+    copied into the fp32 base; a state on another device (here: meta) moved the layer's buffers there, away from its
+    conv state; a wrong shape or another cache's handle locked the cache with a message about a forward that was not
+    running."""
+    model = tiny_model("gated_deltanet")
+    ids = prompt_ids(2, 5)
+    cache = DeltaLogCache(model, merge_interval=3)
+    out = generate_ours(model, ids, cache, max_new_tokens=2, do_sample=False)
+    _, HV, K, V = DIMS["gated_deltanet"]
+    assert K != V  # FLA's GDN layout is [N, HV, V, K]: a [N, HV, K, V] state is of another shape
+    state, held = cache.materialize(0), cache.get_seq_length()
+    other = DeltaLogCache(model, merge_interval=3)
+    generate_ours(model, ids, other, max_new_tokens=1, do_sample=False)
+    refused = [
+        (ValueError, r"layout \[N, HV, V, K\]", dict(recurrent_state=torch.zeros(2, HV, K, V))),
+        (TypeError, "must be a floating tensor; got torch.int32",
+         dict(recurrent_state=torch.ones(2, HV, V, K, dtype=torch.int32))),
+        (TypeError, "got torch.bool", dict(recurrent_state=torch.ones(2, HV, V, K, dtype=torch.bool))),
+        (ValueError, "a recurrent state on meta, but the layer's conv state is on cpu",
+         dict(recurrent_state=torch.empty(2, HV, V, K, device="meta"))),
+        (ValueError, "handed the DeltaLog state of another layer or cache",
+         dict(recurrent_state=other[0]["recurrent_state"])),
+        (ValueError, "a recurrent state must be a tensor; got list", dict(recurrent_state=[torch.zeros(2, HV, V, K)])),
+        (ValueError, r"consumed 1 token\(s\) without storing a recurrent state", dict(conv_state=None)),
+    ]
+    for error, says, bad in refused:
+        with pytest.raises(error, match=says):
+            cache.update(**bad, layer_idx=0)
+        assert cache._shared.status.broken is None, says
+        layer = cache.deltalog_layers[0]
+        assert layer.base.device == state.device and torch.equal(cache.materialize(0), state), says
+        assert cache.get_seq_length() == held, says
+    with pytest.raises(ValueError, match="does not exist"):
+        cache.update(recurrent_state=state, layer_idx=7)
+    assert cache._shared.status.broken is None
+    # still usable, and what FLA's own cache gives
+    more = generate_ours(model, out, cache, max_new_tokens=2, do_sample=False)
+    reference, _ = generate_ref(model, ids, max_new_tokens=4, do_sample=False)
+    assert torch.equal(more, reference)
 
 
 def test_gpu_plan():
