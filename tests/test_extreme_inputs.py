@@ -8,6 +8,7 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before any triton import
 
+import numpy as np
 import pytest
 import torch
 from utils import rel_err
@@ -567,3 +568,29 @@ def test_the_gdn_op_refuses_a_raw_qk_outside_its_three_values():
         opts = [None, True, False, 0, 0, 0, bad, 0]
         assert_refused(lambda: registered(*xs, base, *log, ws, *opts), ValueError,
                        rf"the op's raw_qk must be -1 \(the default\), 0 or 1; got {bad}", [base, *log, ws])
+
+
+@pytest.mark.parametrize("op", list(CASES))
+@pytest.mark.parametrize("impl", ["dense", "reference", "kernel"])
+def test_a_scale_that_is_not_a_real_number_is_refused(op, impl):
+    """``scale`` is the query scale: None (``K ** -0.5``) or a real number. The launchers called ``float(scale)``, so
+    ``"0.5"`` was taken as 0.5, while the references failed inside a product with torch's message; ``True`` was 1.0
+    in both. Now a TypeError, before anything is written; a NumPy float is a real number and gives what the same
+    Python float gives."""
+    dense = {"gdn": naive_recurrent_gated_delta_rule, "kda": naive_recurrent_kda, "rwkv6": naive_recurrent_rwkv6}[op]
+    x, log, _, _, naive, _, kernel, ws = CASES[op](torch.Generator().manual_seed(31))
+    log[-1][:] = M - 1  # every row merges: a step would write the base first
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(32))
+    xs = step_inputs(x, 0, op)
+
+    def call(scale, buffers):
+        b, *lg, w = buffers
+        if impl == "dense":
+            return dense(*xs, initial_state=b, scale=scale)[0]
+        return naive(*xs, b, *lg, scale=scale) if impl == "reference" else kernel(*xs, b, *lg, w, scale=scale)
+
+    for bad in ("0.5", True, 0.5j, torch.tensor(0.5)):
+        assert_refused(lambda: call(bad, [base, *log, ws]), TypeError,  # noqa: B023 - called at once
+                       r"scale must be None \(K \*\* -0.5\) or a real number", [base, *log, ws])
+    with_numpy = call(np.float64(0.25), [t.clone() for t in (base, *log, ws)])
+    assert torch.equal(with_numpy, call(0.25, [t.clone() for t in (base, *log, ws)]))

@@ -96,6 +96,16 @@ def check_flags(**flags) -> None:
             raise TypeError(f"{name} must be True or False; got {value!r}")
 
 
+def check_scale(scale) -> None:
+    """Raise ``TypeError`` unless the query scale ``scale`` is None (``K ** -0.5``, FLA's and transformers' default) or
+    a real number: a Python or NumPy int or float (``torch.compile``'s symbolic numbers pass); not a bool, a str (which
+    ``float("0.5")`` would have parsed), a complex number or a tensor."""
+    if scale is not None and (isinstance(scale, bool)
+                              or not isinstance(scale, (numbers.Real, torch.SymInt, torch.SymFloat))):
+        raise TypeError(f"scale must be None (K ** -0.5) or a real number (a Python or NumPy int or float); got "
+                        f"{scale!r}")
+
+
 def check_tensors(**tensors) -> None:
     """Raise ``TypeError`` unless every given argument is a ``torch.Tensor`` (a list or None would otherwise fail later
     with an ``AttributeError`` that does not name the argument)."""

@@ -63,7 +63,7 @@ from hf_deltalog.kernels._op import (
 )
 from hf_deltalog.kernels._op import _is_int
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_scale, check_workspace_sizes,
 )
 
 __all__ = [
@@ -636,7 +636,8 @@ def fused_deltalog_gdn_decode(
         TypeError: a wrong dtype (activations must be bf16/fp16/fp32, state buffers fp32, ``length`` int32/int64,
             ``workspace`` fp32), a non-tensor argument, or a launch option of the wrong type (``block_v``,
             ``num_warps``, ``prepare_warps``, ``heads_per_program`` not None or an int; ``raw_qk`` not None or a bool),
-            or a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``, ``use_custom_op``) that is not a bool.
+            a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``, ``use_custom_op``) that is not a bool, or a
+            ``scale`` that is not None or a real number.
         ValueError: inconsistent shapes, ``T ≠ 1``, ``HV`` not a multiple of ``Hk``, a zero head size or head count,
             a buffer the step writes sharing memory with another argument, tensors on different devices or
             not on CUDA (CPU is accepted only under ``TRITON_INTERPRET=1``), non-contiguous state buffers, a
@@ -667,6 +668,7 @@ def fused_deltalog_gdn_decode(
         raise TypeError(f"raw_qk must be True, False or None (the default); got {raw_qk!r}")
     if _pdl and use_custom_op:
         raise ValueError(_PDL_NEEDS)
+    check_scale(scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace,
             None if scale is None else float(scale), bool(use_qk_l2norm_in_kernel), bool(state_v_first),
             int(block_v or 0), int(num_warps or 0), int(heads_per_program or 0),

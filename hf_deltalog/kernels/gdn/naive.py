@@ -50,6 +50,7 @@ from hf_deltalog.kernels.common import (
     check_floating,
     check_log_ranks,
     check_same_dtype,
+    check_scale,
     check_step_buffers,
     check_tensors,
     later_decay_sums,
@@ -124,7 +125,8 @@ def naive_recurrent_gated_delta_rule(
     Raises:
         ValueError: on inconsistent shapes or a zero key head size ``K``.
         TypeError: a non-tensor or non-floating activation or ``initial_state``, or a flag
-            (``output_final_state``, ``use_qk_l2norm_in_kernel``) that is not a bool.
+            (``output_final_state``, ``use_qk_l2norm_in_kernel``) that is not a bool, or a ``scale`` that is not None
+            or a real number (:func:`check_scale`).
     """
     _check_heads(q, k, v, g, beta)
     check_flags(output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
@@ -134,6 +136,7 @@ def naive_recurrent_gated_delta_rule(
     HV, V = v.shape[2], v.shape[3]
     G = HV // Hk
     dt = _compute_dtype(q, k, v, g, beta, *(() if initial_state is None else (initial_state,)))
+    check_scale(scale)
     scale = K**-0.5 if scale is None else scale
     qf, kf = q.to(dt), k.to(dt)
     if use_qk_l2norm_in_kernel:
@@ -293,7 +296,7 @@ def naive_deltalog_gdn_decode(
             not contiguous or shares memory with another argument (checked before anything is written; the
             shared-memory check is skipped when ``torch.compile`` traces the call, whose tensors have no addresses).
         TypeError: a non-tensor argument, or a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``) that is not a
-            bool (a string such as ``"False"`` is truthy).
+            bool (a string such as ``"False"`` is truthy), or a ``scale`` that is not None or a real number.
     """
     _check_heads(q, k, v, g, beta)
     check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first)
@@ -310,6 +313,7 @@ def naive_deltalog_gdn_decode(
                        ("base", "log_decay", "k_log", "u_log", "decay_log", "length"))
     G = HV // Hk
     dt = base.dtype
+    check_scale(scale)
     scale = K**-0.5 if scale is None else scale
 
     qf, kf = q[:, 0].to(dt), k[:, 0].to(dt)  # [B, Hk, K]

@@ -44,7 +44,7 @@ from hf_deltalog.kernels._op import (
     register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_scale, check_workspace_sizes,
 )
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
@@ -417,7 +417,7 @@ def fused_deltalog_kda_decode(
         TypeError: a non-tensor argument, a wrong dtype (q/k/v bf16/fp16/fp32, g/beta floating, state buffers and
             ``workspace`` fp32, ``length`` int32/int64), or a launch option (``block_v``, ``num_warps``,
             ``prepare_warps``) that is neither None nor an int, or a flag (``use_qk_l2norm_in_kernel``,
-            ``state_v_first``, ``use_custom_op``) that is not a bool.
+            ``state_v_first``, ``use_custom_op``) that is not a bool, or a ``scale`` that is not None or a real number.
         ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
             (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). Messages say what is accepted.
@@ -435,6 +435,7 @@ def fused_deltalog_kda_decode(
     check_launcher_arguments(dict(q=q, k=k, v=v, g=g, beta=beta, base=base, log_decay=log_decay, k_log=k_log,
                                   u_log=u_log, decay_log=decay_log, length=length, workspace=workspace),
                              block_v, num_warps, prepare_warps)
+    check_scale(scale)
     args = (q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length, workspace,
             None if scale is None else float(scale), bool(use_qk_l2norm_in_kernel), bool(state_v_first),
             int(8 if block_v is None else block_v), int(1 if num_warps is None else num_warps), int(prepare_warps or 0))

@@ -39,6 +39,7 @@ from hf_deltalog.kernels.common import (
     check_floating,
     check_log_ranks,
     check_same_dtype,
+    check_scale,
     check_step_buffers,
     check_tensors,
     later_decay_sums,
@@ -101,7 +102,8 @@ def naive_recurrent_kda(
     Raises:
         ValueError: on inconsistent shapes or a zero key head size ``K``.
         TypeError: a non-tensor or non-floating activation or ``initial_state``, or a flag
-            (``output_final_state``, ``use_qk_l2norm_in_kernel``) that is not a bool.
+            (``output_final_state``, ``use_qk_l2norm_in_kernel``) that is not a bool, or a ``scale`` that is not None
+            or a real number.
     """
     B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
     check_flags(output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
@@ -110,6 +112,7 @@ def naive_recurrent_kda(
     G = HV // Hk
     tensors = (q, k, v, g, beta) + (() if initial_state is None else (initial_state,))
     dt = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    check_scale(scale)
     scale = K**-0.5 if scale is None else scale
     qf, kf = q.to(dt), k.to(dt)
     if use_qk_l2norm_in_kernel:
@@ -257,7 +260,7 @@ def naive_deltalog_kda_decode(
             not contiguous or shares memory with another argument (checked before anything is written; the
             shared-memory check is skipped when ``torch.compile`` traces the call, whose tensors have no addresses).
         TypeError: a non-tensor argument, or a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``) that is not a
-            bool (a string such as ``"False"`` is truthy).
+            bool (a string such as ``"False"`` is truthy), or a ``scale`` that is not None or a real number.
     """
     B, T, Hk, HV, K, V = _check(q, k, v, g, beta)
     check_flags(use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, state_v_first=state_v_first)
@@ -272,6 +275,7 @@ def naive_deltalog_kda_decode(
                        ("base", "log_decay", "k_log", "u_log", "decay_log", "length"))
     G = HV // Hk
     dt = base.dtype
+    check_scale(scale)
     scale = K**-0.5 if scale is None else scale
     qf, kf = q[:, 0].to(dt), k[:, 0].to(dt)
     if use_qk_l2norm_in_kernel:

@@ -37,7 +37,7 @@ from hf_deltalog.kernels._op import (
     default_prepare_warps, launch_device, register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_scale, check_workspace_sizes,
 )
 from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
@@ -385,7 +385,8 @@ def fused_deltalog_rwkv6_decode(
         TypeError: a non-tensor argument, wrong dtypes (including a key or value log narrower than its activation:
             it must be float32 or the activation's dtype, which it stores losslessly), or a launch option
             (``block_v``, ``num_warps``, ``prepare_warps``) that is neither None nor an int, or a flag
-            (``state_v_first``, ``use_custom_op``) that is not a bool.
+            (``state_v_first``, ``use_custom_op``) that is not a bool, or a ``scale`` that is not None or a real
+            number.
         ValueError: wrong shapes, devices (CPU only under ``TRITON_INTERPRET=1``) or layouts, a zero head size or
             head count, a buffer the step writes sharing memory with another argument, or a launch option's bad value
             (``block_v`` not a power of two, warps not in 1, 2, 4, 8, 16). The shared-memory check runs on every
@@ -402,6 +403,7 @@ def fused_deltalog_rwkv6_decode(
     check_launcher_arguments(dict(r=r, k=k, v=v, w=w, u=u, base=base, log_decay=log_decay, k_log=k_log,
                                   v_log=v_log, decay_log=decay_log, length=length, workspace=workspace),
                              block_v, num_warps, prepare_warps)
+    check_scale(scale)
     args = (r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, workspace,
             None if scale is None else float(scale), bool(state_v_first), int(8 if block_v is None else block_v),
             int(1 if num_warps is None else num_warps), int(prepare_warps or 0))

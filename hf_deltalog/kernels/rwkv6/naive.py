@@ -36,6 +36,7 @@ from hf_deltalog.kernels.common import (
     check_floating,
     check_log_ranks,
     check_same_dtype,
+    check_scale,
     check_step_buffers,
     check_tensors,
     later_decay_sums,
@@ -81,7 +82,8 @@ def naive_recurrent_rwkv6(
     Returns:
         ``o`` ``[B, T, H, V]`` in ``r.dtype`` and the final state ``[B, H, K, V]`` (or None); fp32 arithmetic, fp64
         when any input is fp64. Raises ValueError on inconsistent shapes or a zero key head size ``K``, TypeError on
-        a non-tensor or non-floating input or an ``output_final_state`` that is not a bool.
+        a non-tensor or non-floating input, an ``output_final_state`` that is not a bool, or a ``scale`` that is not
+        None or a real number.
     """
     B, T, H, K, V = _check(r, k, v, w, u)
     check_flags(output_final_state=output_final_state)
@@ -89,6 +91,7 @@ def naive_recurrent_rwkv6(
         check_floating(initial_state=initial_state)
     tensors = (r, k, v, w, u) + (() if initial_state is None else (initial_state,))
     dt = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    check_scale(scale)
     scale = K**-0.5 if scale is None else scale
     rf, kf, vf, wf, uf = (x.to(dt) for x in (r, k, v, w, u))
     rf = rf * scale
@@ -173,7 +176,8 @@ def naive_deltalog_rwkv6_materialize(
         state_v_first: layout of ``base``.
 
     Returns:
-        ``[B, H, K, V]`` (FLA's RWKV6 layout, whatever ``state_v_first``; a new tensor) in ``base.dtype``.
+        ``[B, H, K, V]`` (FLA's RWKV6 layout, whatever ``state_v_first``; a new tensor) in the promoted dtype of
+        ``base`` and ``log_decay`` (the log is replayed in ``base.dtype``; fp32 for the caches' buffers).
 
     Raises:
         ValueError, TypeError: on inconsistent shapes or dtypes, a non-tensor buffer, or a ``state_v_first`` that is
@@ -217,8 +221,8 @@ def naive_deltalog_rwkv6_decode(
     it must be the activation's dtype, float32 or float64; a float32 log is taken for float64 activations, as
     the caches keep fp32 state for a float64 model), a zero head size, or an in-place buffer that is not contiguous
     or shares memory with another argument (checked before anything is written; the shared-memory check is skipped
-    when ``torch.compile`` traces the call, whose tensors have no addresses); TypeError on a non-tensor argument or a
-    ``state_v_first`` that is not a bool.
+    when ``torch.compile`` traces the call, whose tensors have no addresses); TypeError on a non-tensor argument, a
+    ``state_v_first`` that is not a bool, or a ``scale`` that is not None or a real number.
     """
     B, T, H, K, V = _check(r, k, v, w, u)
     check_flags(state_v_first=state_v_first)
@@ -233,6 +237,7 @@ def naive_deltalog_rwkv6_decode(
                             decay_log=decay_log, length=length),
                        ("base", "log_decay", "k_log", "v_log", "decay_log", "length"))
     dt = base.dtype
+    check_scale(scale)
     scale = K**-0.5 if scale is None else scale
     rf, kf, vf, wf = (x[:, 0].to(dt) for x in (r, k, v, w))
     rf = rf * scale
