@@ -594,3 +594,7 @@ def test_a_scale_that_is_not_a_real_number_is_refused(op, impl):
                        r"scale must be None \(K \*\* -0.5\) or a real number", [base, *log, ws])
     with_numpy = call(np.float64(0.25), [t.clone() for t in (base, *log, ws)])
     assert torch.equal(with_numpy, call(0.25, [t.clone() for t in (base, *log, ws)]))
+    if impl == "kernel":  # torch.compile hands a NumPy scalar to the launcher as a tensor: still taken
+        torch._dynamo.reset()
+        kernel = torch.compile(kernel, fullgraph=True, backend="aot_eager")
+        assert torch.equal(with_numpy, call(np.float64(0.25), [t.clone() for t in (base, *log, ws)]))

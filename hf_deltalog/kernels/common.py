@@ -100,8 +100,11 @@ def check_scale(scale) -> None:
     """Raise ``TypeError`` unless the query scale ``scale`` is None (``K ** -0.5``, FLA's and transformers' default) or
     a real number: a Python or NumPy int or float (``torch.compile``'s symbolic numbers pass); not a bool, a str (which
     ``float("0.5")`` would have parsed), a complex number or a tensor."""
-    if scale is not None and (isinstance(scale, bool)
-                              or not isinstance(scale, (numbers.Real, torch.SymInt, torch.SymFloat))):
+    if scale is None:
+        return
+    # torch.compile hands a NumPy scalar over as a tensor: there only the types it keeps as constants are checked
+    if isinstance(scale, (bool, str, bytes, complex)) or not (
+            torch.compiler.is_compiling() or isinstance(scale, (numbers.Real, torch.SymInt, torch.SymFloat))):
         raise TypeError(f"scale must be None (K ** -0.5) or a real number (a Python or NumPy int or float); got "
                         f"{scale!r}")
 
