@@ -598,3 +598,19 @@ def test_a_scale_that_is_not_a_real_number_is_refused(op, impl):
         torch._dynamo.reset()
         kernel = torch.compile(kernel, fullgraph=True, backend="aot_eager")
         assert torch.equal(with_numpy, call(np.float64(0.25), [t.clone() for t in (base, *log, ws)]))
+
+
+@pytest.mark.parametrize("op", list(CASES))
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_a_decode_step_refuses_tensors_on_two_devices(op, impl):
+    """A buffer on another device (here: meta) is refused by the decode references too, with the kernels' message
+    and before anything is written; they failed in torch ("Tensor on device cpu is not on the expected device
+    meta!")."""
+    x, log, _, _, naive, _, kernel, ws = CASES[op](torch.Generator().manual_seed(33))
+    log[-1][:] = M - 1  # every row merges: a step would write the base first
+    base = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(34))
+    xs = step_inputs(x, 0, op)
+    on_meta = torch.empty_like(log[1], device="meta")
+    step = ((lambda: naive(*xs, base, log[0], on_meta, *log[2:])) if impl == "reference"
+            else (lambda: kernel(*xs, base, log[0], on_meta, *log[2:], ws)))
+    assert_refused(step, ValueError, r"all tensors must be on one device; got \['cpu', 'meta'\]", [base, *log, ws])

@@ -194,10 +194,19 @@ def check_disjoint(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -
                     "must be a tensor of its own, apart from every other argument")
 
 
+def check_one_device(tensors: dict[str, torch.Tensor]) -> None:
+    """Raise ``ValueError`` unless every given tensor is on one device (a decode step reads and writes them all)."""
+    devices = {t.device for t in tensors.values()}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
+
+
 def check_step_buffers(tensors: dict[str, torch.Tensor], written: tuple[str, ...]) -> None:
-    """The reference decode steps' check of their in-place buffers, before anything is written: each must be
-    contiguous (an expanded or strided view would fail half-way through the step, after the base was merged) and
-    must not share memory with another argument (:func:`check_disjoint`). Raises ``ValueError``."""
+    """The reference decode steps' check of their arguments before anything is written: all on one device
+    (:func:`check_one_device`), and each in-place buffer contiguous (an expanded or strided view would fail half-way
+    through the step, after the base was merged) and sharing no memory with another argument
+    (:func:`check_disjoint`). Raises ``ValueError``."""
+    check_one_device(tensors)
     for name in written:
         if not tensors[name].is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is updated in place); got strides {tensors[name].stride()}")

@@ -63,7 +63,7 @@ from hf_deltalog.kernels._op import (
 )
 from hf_deltalog.kernels._op import _is_int
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_scale, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_one_device, check_scale, check_workspace_sizes,
 )
 
 __all__ = [
@@ -443,9 +443,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
     if workspace.dtype != torch.float32:
         raise TypeError(f"workspace must be float32 (see deltalog_gdn_workspace); got {workspace.dtype}")
-    devices = {t.device for t in named.values()}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
+    check_one_device(named)
     check_kernel_device(q.device)
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():

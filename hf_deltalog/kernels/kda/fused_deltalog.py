@@ -44,7 +44,7 @@ from hf_deltalog.kernels._op import (
     register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_scale, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_one_device, check_scale, check_workspace_sizes,
 )
 
 __all__ = ["OP_NAME", "deltalog_kda_workspace", "fused_deltalog_kda_decode", "kda_workspace_size"]
@@ -288,9 +288,7 @@ def _validate(q, k, v, g, beta, base, log_decay, k_log, u_log, decay_log, length
             raise TypeError(f"{name} must be float32; got {named[name].dtype}")
     if length.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
-    devices = {t.device for t in named.values()}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
+    check_one_device(named)
     check_kernel_device(q.device)
     for name in ("base", "log_decay", "k_log", "u_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():

@@ -256,9 +256,10 @@ def naive_deltalog_kda_decode(
         ``o`` ``[B, 1, HV, V]`` in ``q.dtype``.
 
     Raises:
-        ValueError, TypeError: on inconsistent shapes or dtypes, a zero head size, or an in-place buffer that is
-            not contiguous or shares memory with another argument (checked before anything is written; the
-            shared-memory check is skipped when ``torch.compile`` traces the call, whose tensors have no addresses).
+        ValueError, TypeError: on inconsistent shapes or dtypes, a zero head size, tensors on more than one device,
+            or an in-place buffer that is not contiguous or shares memory with another argument (checked before
+            anything is written; the shared-memory check is skipped when ``torch.compile`` traces the call, whose
+            tensors have no addresses).
         TypeError: a non-tensor argument, or a flag (``use_qk_l2norm_in_kernel``, ``state_v_first``) that is not a
             bool (a string such as ``"False"`` is truthy), or a ``scale`` that is not None or a real number.
     """

@@ -37,7 +37,7 @@ from hf_deltalog.kernels._op import (
     default_prepare_warps, launch_device, register_decode_op,
 )
 from hf_deltalog.kernels.common import (
-    check_dims, check_disjoint, check_flags, check_log_ranks, check_scale, check_workspace_sizes,
+    check_dims, check_disjoint, check_flags, check_log_ranks, check_one_device, check_scale, check_workspace_sizes,
 )
 from hf_deltalog.kernels.rwkv6.naive import check_log_dtypes
 
@@ -259,9 +259,7 @@ def _validate(r, k, v, w, u, base, log_decay, k_log, v_log, decay_log, length, w
     check_log_dtypes(k, v, k_log, v_log)
     if length.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"length must be int32 or int64; got {length.dtype}")
-    devices = {t.device for t in named.values()}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device; got {sorted(str(d) for d in devices)}")
+    check_one_device(named)
     check_kernel_device(r.device)
     for name in ("u", "base", "log_decay", "k_log", "v_log", "decay_log", "length", "workspace"):
         if not named[name].is_contiguous():

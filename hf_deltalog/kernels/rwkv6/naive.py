@@ -219,9 +219,10 @@ def naive_deltalog_rwkv6_decode(
     Returns ``o`` ``[B, 1, H, V]`` in ``r.dtype``. Raises ValueError/TypeError on inconsistent shapes or
     dtypes, a key or value log in a dtype that would round its activation's values (:func:`check_log_dtypes`:
     it must be the activation's dtype, float32 or float64; a float32 log is taken for float64 activations, as
-    the caches keep fp32 state for a float64 model), a zero head size, or an in-place buffer that is not contiguous
-    or shares memory with another argument (checked before anything is written; the shared-memory check is skipped
-    when ``torch.compile`` traces the call, whose tensors have no addresses); TypeError on a non-tensor argument, a
+    the caches keep fp32 state for a float64 model), a zero head size, tensors on more than one device, or an
+    in-place buffer that is not contiguous or shares memory with another argument (checked before anything is
+    written; the shared-memory check is skipped when ``torch.compile`` traces the call, whose tensors have no
+    addresses); TypeError on a non-tensor argument, a
     ``state_v_first`` that is not a bool, or a ``scale`` that is not None or a real number.
     """
     B, T, H, K, V = _check(r, k, v, w, u)
