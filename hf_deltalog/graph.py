@@ -33,6 +33,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,7 +205,10 @@ class GraphDecoder:
                 runs: the cache stays empty.
             TypeError: ``max_new_tokens`` is not an int (a bool or a float is not; a numpy integer is),
                 ``prefill_chunk`` neither None nor an int, ``input_ids`` or ``attention_mask`` not a tensor (a list or a
-                numpy array: convert it with ``torch.as_tensor``), ``input_ids`` not of an integer dtype.
+                numpy array: convert it with ``torch.as_tensor``), ``input_ids`` not of an integer dtype (any integer
+                dtype is taken as int64).
+            ValueError also: ``attention_mask`` holding other values than 0 and 1. A row that ends in padding (right
+            padding) gets a UserWarning, as ``generate`` gives.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
             raise TypeError(f"max_new_tokens must be an int of at least 1; got {max_new_tokens!r}")
@@ -230,6 +234,8 @@ class GraphDecoder:
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} (one entry per "
                              f"prompt token, 0 for left padding); got {tuple(attention_mask.shape)}")
+        if attention_mask is not None:
+            _check_left_padding(attention_mask)
         held = int(self.cache.get_seq_length())  # one host read per prompt batch, never per step
         check = getattr(self.cache, "_check_consistent", None)
         if check is not None:  # a DeltaLogCache: its linear-attention layers must agree with that count (an
@@ -247,7 +253,7 @@ class GraphDecoder:
             raise ValueError(f"the captured graph writes at most {self.tokens.shape[1]} tokens per row; "
                              f"got max_new_tokens={max_new_tokens}")
         dev = self.device
-        input_ids = input_ids.to(dev)
+        input_ids = input_ids.to(dev, torch.long)  # the embedding takes int64 / int32 only
         mask = torch.ones(B, T, dtype=torch.long, device=dev) if attention_mask is None else attention_mask.to(dev)
         position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
         chunk = T if prefill_chunk is None else prefill_chunk
@@ -388,6 +394,18 @@ def _refuse_media_placeholders(model, input_ids: torch.Tensor) -> None:
 
 
 @torch.no_grad()
+def _check_left_padding(attention_mask: torch.Tensor) -> None:
+    """At prefill (one host read per prompt batch): raise ``ValueError`` unless ``attention_mask`` holds only 0 and 1,
+    and warn, as ``generate`` does, when a row ends in padding (decoder-only models need left padding)."""
+    if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        raise ValueError(f"attention_mask must hold 0 (padding) and 1 (prompt token) only; got the values "
+                         f"{attention_mask.unique().tolist()[:8]}")
+    if bool((attention_mask[:, -1] == 0).any()):
+        warnings.warn("a row of attention_mask ends in padding: decoder-only models decode after the last prompt "
+                      "position, so pad on the left (tokenizer padding_side='left'), as generate warns too",
+                      UserWarning, stacklevel=3)
+
+
 def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, cache,
                    max_new_tokens: int, eos_token_id: int | list[int] | None = "config",
                    pad_token_id: int | None = "config", capture: bool | str = "auto", warmup_steps: int = 2,

@@ -837,3 +837,36 @@ def test_graph_decoder_refuses_a_model_that_is_not_a_module():
     cache = DeltaLogCache(tiny_model("qwen3_5"), static=True, max_cache_len=16)
     with pytest.raises(TypeError, match="model must be a transformers causal LM .*; got NoneType"):
         GraphDecoder(None, cache, capture=False)
+
+
+def test_prefill_takes_any_integer_ids_refuses_a_mask_that_is_not_0_or_1_and_warns_on_right_padding():
+    """uint8 / int16 ids passed the integer check and failed in the embedding (which takes int64 / int32 only): now
+    taken as int64. A mask of 0.5 or 2 was taken silently: now a ValueError before the model runs. A row ending in
+    padding (right padding) decoded without a word: now the UserWarning generate gives too."""
+    model = tiny_model("qwen3_5")
+    ids = prompt_ids(2, 6)
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=2, do_sample=False, eos_token_id=None)
+    for dtype in (torch.uint8, torch.int16):
+        small = ids % 200  # within uint8
+        with torch.no_grad():
+            ref_small = model.generate(small, max_new_tokens=2, do_sample=False, eos_token_id=None)
+        out = graph_generate(model, small.to(dtype), cache=make_cache("deltalog", model, 8), max_new_tokens=2,
+                             capture=False, eos_token_id=None)
+        assert torch.equal(out.sequences, ref_small), dtype
+    cache = make_cache("deltalog", model, 8)
+    for value, values in ((0.5, r"\[0.5, 1.0\]"), (2, r"\[1.0, 2.0\]")):
+        mask = torch.ones(2, 6)
+        mask[0, 0] = value
+        with pytest.raises(ValueError, match=r"attention_mask must hold 0 \(padding\) and 1 \(prompt token\) only; "
+                                             r"got the values " + values):
+            graph_generate(model, ids, mask, cache=cache, max_new_tokens=2, capture=False, eos_token_id=None)
+        assert int(cache.get_seq_length()) == 0 and all(layer.base is None for layer in cache.deltalog_layers)
+    out = graph_generate(model, ids, torch.ones(2, 6, dtype=torch.bool), cache=cache, max_new_tokens=2,
+                         capture=False, eos_token_id=None)
+    assert torch.equal(out.sequences, ref)
+    right = torch.ones(2, 6, dtype=torch.long)
+    right[1, -2:] = 0
+    with pytest.warns(UserWarning, match="ends in padding.*pad on the left"):
+        graph_generate(model, ids, right, cache=make_cache("deltalog", model, 8), max_new_tokens=2, capture=False,
+                       eos_token_id=None)
