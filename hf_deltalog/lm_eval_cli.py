@@ -189,14 +189,16 @@ def config_problem(pretrained: str | None) -> str | None:
 
 def is_fla_checkpoint(pretrained: str | None) -> bool:
     """Whether a local checkpoint's ``model_type`` is not a transformers one (flash-linear-attention's models); hub
-    ids, folders without a ``config.json`` and unreadable configs (:func:`config_problem` reports those) count as
-    transformers models."""
+    ids, folders without a ``config.json``, unreadable configs (:func:`config_problem` reports those), configs without
+    a ``model_type`` (transformers reports those) and remote-code configs (an ``auto_map``) count as transformers
+    models."""
     if not pretrained or config_problem(pretrained) or not (Path(pretrained) / "config.json").is_file():
         return False
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     config = json.loads((Path(pretrained) / "config.json").read_text(encoding="utf-8"))
-    return config.get("model_type") not in CONFIG_MAPPING_NAMES
+    model_type = config.get("model_type")
+    return isinstance(model_type, str) and model_type not in CONFIG_MAPPING_NAMES and "auto_map" not in config
 
 
 def main(argv: list[str] | None = None) -> None:

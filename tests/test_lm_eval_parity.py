@@ -678,3 +678,18 @@ def test_a_nan_score_is_never_an_explained_flip_and_reasons_match_the_verdict():
     d = lm_eval_parity.explain_difference(_Stub(), "ab", [base], [nan], "float32")
     assert d["explained"] is False and d["reason"] == "a NaN logit among the two best tokens: not a near tie"
     assert "shakespeare" in lm_eval_parity.LOCAL_TASK_NAMES  # a failing local group is an error, not "skipped"
+
+
+def test_lm_eval_cli_takes_only_a_named_non_transformers_model_type_for_an_fla_checkpoint(tmp_path):
+    """A config.json without a model_type (transformers reports that itself) or of remote code (an auto_map) was taken
+    for a flash-linear-attention checkpoint, which the entry refuses on a CPU without the interpreter."""
+    from hf_deltalog.lm_eval_cli import is_fla_checkpoint
+
+    for config, fla in (({}, False), ({"model_type": None}, False), ({"model_type": "qwen3_5"}, False),
+                        ({"model_type": "my_model", "auto_map": {"AutoConfig": "m.MyConfig"}}, False),
+                        ({"model_type": "rwkv6"}, True)):
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        assert is_fla_checkpoint(str(tmp_path)) is fla, config
+    checkpoints = ROOT / "eval" / "checkpoints"
+    assert is_fla_checkpoint(str(checkpoints / "rwkv6-shakespeare"))
+    assert not is_fla_checkpoint(str(checkpoints / "gdn-shakespeare"))
