@@ -440,8 +440,10 @@ class DeltaLogLayer(LinearAttentionLayer):
 
         Raises:
             ValueError: ``backend="triton"`` off CUDA without ``TRITON_INTERPRET=1``, or for an activation dtype the
-                Triton kernels do not take (float64).
+                Triton kernels do not take (float64); a negative ``batch``.
+            TypeError: ``batch`` not an int. (``device`` may be a string.)
         """
+        device = check_plan_arguments(batch, device)
         backend = self._resolve_backend(device, act_dtype)
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
         merge_interval = self.default_merge_interval
@@ -629,8 +631,7 @@ class DeltaLogLayer(LinearAttentionLayer):
 
         Everything is checked before anything changes; a refusal locks the cache only when a model's forward made
         the call (:meth:`_refuse`). See :meth:`DeltaLogCache.update_recurrent_state` for the arguments and errors."""
-        if state_idx != 0:
-            raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+        check_recurrent_state_index(state_idx)
         states: list[torch.Tensor] = []
         if isinstance(recurrent_states, (list, tuple)):
             # transformers >= 5.25 with kept recurrent states: the states after each of the forward's last tokens
@@ -1834,7 +1835,7 @@ class DeltaLogCache(DynamicCache):
         ``torch.compile``, where it counts as a model's call. To inspect the state use :meth:`materialize`.
 
         Raises:
-            TypeError: ``layer_idx`` is not an int (a numpy integer is).
+            TypeError: ``layer_idx`` or ``state_idx`` is not an int (a numpy integer is).
             ValueError: no such layer, not a linear-attention layer, ``state_idx`` other than 0, or the cache is locked
                 (a forward it refused part-way left it inconsistent: ``reset()`` first). A refusal inside a model's
                 forward locks the cache; one from user code changes nothing.
@@ -1844,8 +1845,7 @@ class DeltaLogCache(DynamicCache):
         layer = self._require_linear(layer_idx)
         if layer_idx == 0:
             self._track_inference_mode()
-        if state_idx != 0:
-            raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
+        check_recurrent_state_index(state_idx)
         # A read from user code (not a module's forward) is only a read. Static mode under torch.compile does not
         # inspect the caller's frame (dynamo cannot trace it; a graph break would split a captured step): a traced
         # call counts as the model's step. Dynamic mode inspects it (dynamo breaks the graph there).
@@ -1861,8 +1861,8 @@ class DeltaLogCache(DynamicCache):
         beyond counting the step. Returns what the model keeps (the handle).
 
         Raises:
-            TypeError: a ``layer_idx`` that is not an int; neither a floating tensor nor a DeltaLogState (for the
-                list form of kept states: each of them).
+            TypeError: a ``layer_idx`` or ``state_idx`` that is not an int; neither a floating tensor nor a
+                DeltaLogState (for the list form of kept states: each of them).
             ValueError: no such layer, not a linear-attention layer, ``state_idx`` other than 0, a state of another
                 shape, or of other rows or on another device than the layer's conv window, kept states of unlike
                 shapes, or another layer's or cache's handle. Everything is checked before anything changes: a
@@ -2282,6 +2282,29 @@ def check_layer_index(layer_idx: Any) -> None:
     """Raise TypeError unless ``layer_idx`` is an int (a numpy integer too; a bool or a string is not a layer index)."""
     if isinstance(layer_idx, bool) or not isinstance(layer_idx, numbers.Integral):
         raise TypeError(f"layer_idx must be an int; got {layer_idx!r}")
+
+
+def check_plan_arguments(batch: Any, device: Any) -> torch.device:
+    """A layer's ``plan`` arguments: ``batch`` an int ≥ 0, ``device`` a ``torch.device`` or its string (``"cuda:0"``).
+    Returns the device.
+
+    Raises:
+        TypeError: ``batch`` not an int (a numpy integer is). ValueError: a negative ``batch``. RuntimeError: not a
+            device string (torch's message)."""
+    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
+        raise TypeError(f"batch must be an int; got {batch!r}")
+    if batch < 0:
+        raise ValueError(f"batch must be ≥ 0; got {batch}")
+    return torch.device(device)
+
+
+def check_recurrent_state_index(state_idx: Any) -> None:
+    """Raise TypeError unless ``state_idx`` is an int (as ``get_conv_state`` asks), ValueError unless it is 0: a
+    linear-attention layer keeps one recurrent state."""
+    if isinstance(state_idx, bool) or not isinstance(state_idx, numbers.Integral):
+        raise TypeError(f"state_idx must be an int; got {state_idx!r}")
+    if state_idx != 0:
+        raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
 
 
 def check_repeats(repeats: Any) -> None:

@@ -60,6 +60,7 @@ from hf_deltalog.cache import (
     check_kernel_dtype,
     check_layer_index,
     check_layers_agree,
+    check_plan_arguments,
     check_repeats,
     check_row_indices,
     check_rows_match,
@@ -242,8 +243,10 @@ class FLADeltaLogLayer(FLALayer):
         cache would). A query: it changes nothing, also when it raises.
 
         Raises:
-            ValueError: ``backend="triton"`` off CUDA without ``TRITON_INTERPRET=1``.
+            ValueError: ``backend="triton"`` off CUDA without ``TRITON_INTERPRET=1``; a negative ``batch``.
+            TypeError: ``batch`` not an int. (``device`` may be a string.)
         """
+        device = check_plan_arguments(batch, device)
         backend = self._resolve_backend(device)
         HV, K, V = self.num_v_heads, self.k_head_dim, self.v_head_dim
         merge_interval = self.default_merge_interval

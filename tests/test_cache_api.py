@@ -2163,6 +2163,13 @@ def test_gpu_plan_of_the_triton_backend():
     # KDA: 32 heads of 128 x 128: 2 MiB per row; dense below 16 MiB (B < 8).
     assert kda.plan(1, cuda) == dict(backend="triton", merge_interval=1, state_v_first=True, dense_fla=True)
     assert kda.plan(8, cuda) == dict(backend="triton", merge_interval=4, state_v_first=True, dense_fla=False)
+    # a device string, as torch takes it everywhere (was AttributeError: 'str' object has no attribute 'type'), and
+    # the batch checked (a negative one was planned)
+    assert kda.plan(8, "cuda") == kda.plan(8, cuda) and gdn.plan(32, "cuda:0") == gdn.plan(32, cuda)
+    with pytest.raises(ValueError, match="batch must be ≥ 0; got -1"):
+        gdn.plan(-1, cuda)
+    with pytest.raises(TypeError, match="batch must be an int; got 2.0"):
+        gdn.plan(2.0, cuda)
     assert gdn.plan(8, torch.device("cpu"))["backend"] == "torch"
 
 

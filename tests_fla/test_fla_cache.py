@@ -507,6 +507,9 @@ def test_gpu_plan():
                                                            dense_fla=False)
     # 1 KiB of fp32 state per row here: under 64 MiB FLA's dense kernel decodes (M = 1, FLA's V-first layout).
     assert gdn.plan(2, cuda) == dict(backend="triton", merge_interval=1, state_v_first=True, dense_fla=True)
+    assert gdn.plan(2, "cuda") == gdn.plan(2, cuda)  # a device string (was an AttributeError)
+    with pytest.raises(ValueError, match="batch must be ≥ 0; got -1"):
+        gdn.plan(-1, cuda)
     assert gdn.plan(1 << 16, cuda) == dict(backend="triton", merge_interval=8, state_v_first=True, dense_fla=False)
     # RWKV6: under 16 MiB FLA's dense kernel decodes in FLA's own [K, V] layout; above, DeltaLog with the V-first base
     rwkv6 = DeltaLogCache(tiny_model("rwkv6").config)._new_layer(0)
