@@ -3034,3 +3034,21 @@ def test_a_store_refused_from_user_code_changes_nothing_and_does_not_lock():
     more = model.generate(out, cache=cache, max_new_tokens=3, do_sample=False)
     reference = model.generate(ids, cache=DynamicCache(config=model.config), max_new_tokens=6, do_sample=False)
     assert torch.equal(more, reference)
+
+
+def test_the_recurrent_state_calls_take_an_int_state_idx():
+    """get_recurrent_state(0, 0.0) and state_idx=False were taken as 0, while get_conv_state refuses a non-int
+    state_idx: now the same TypeError, and the cache unchanged."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=2, do_sample=False)
+    state, handle = cache.materialize(0), cache.get_recurrent_state(0)
+    for bad in (0.0, False, "0"):
+        with pytest.raises(TypeError, match=f"state_idx must be an int; got {bad!r}"):
+            cache.get_recurrent_state(0, bad)
+        with pytest.raises(TypeError, match=f"state_idx must be an int; got {bad!r}"):
+            cache.update_recurrent_state(handle, 0, state_idx=bad)
+    with pytest.raises(ValueError, match=r"keep one recurrent state \(state_idx 0\); got 1"):
+        cache.get_recurrent_state(0, np.int64(1))
+    assert cache.get_recurrent_state(0, np.int64(0)) is handle
+    assert torch.equal(cache.materialize(0), state) and cache._status.broken is None
