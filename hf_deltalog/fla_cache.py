@@ -422,6 +422,12 @@ class FLADeltaLogLayer(FLALayer):
 
         Returns what FLA's kernel returns: ``(o, final_state)``, with this layer's handle as the final state when the
         DeltaLog step ran (the buffers then hold the new state).
+
+        Raises:
+            ValueError: the cache is locked, the layer holds no state yet, the kernel was called with another
+                ``state_v_first`` than FLA's layer uses, by a layer of another family, with other head counts or sizes
+                or another number of rows than the cache holds. Each but the first locks the cache until ``reset()``
+                (inside a forward, the layers before this one have advanced).
         """
         self.shared.status.check()
         if self.base is None:

@@ -67,7 +67,8 @@ __all__ = [
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``x · rsqrt(Σ x² + eps)`` over the last dim, as transformers' ``l2norm`` (same dtype as ``x``)."""
+    """``x · rsqrt(Σ x² + eps)`` over the last dim, as transformers' ``l2norm``: ``x`` ``[..., K]`` (q or k,
+    ``[B, T, Hk, K]`` here), any float dtype; returns the same shape and dtype."""
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
 
 

@@ -51,7 +51,8 @@ __all__ = ["kda_l2norm", "naive_deltalog_kda_decode", "naive_deltalog_kda_materi
 
 
 def kda_l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``x / sqrt(Σ x² + eps)`` over the last dim (transformers' KDA ``l2norm``, FLA's form)."""
+    """``x / sqrt(Σ x² + eps)`` over the last dim (transformers' KDA ``l2norm``, FLA's form): ``x`` ``[..., K]`` (q or
+    k, ``[B, T, H, K]`` here), any float dtype; returns the same shape and dtype."""
     return x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + eps)
 
 
