@@ -2301,8 +2301,8 @@ def check_plan_arguments(batch: Any, device: Any) -> torch.device:
 def check_recurrent_state_index(state_idx: Any) -> None:
     """Raise TypeError unless ``state_idx`` is an int (as ``get_conv_state`` asks), ValueError unless it is 0: a
     linear-attention layer keeps one recurrent state."""
-    if isinstance(state_idx, bool) or not isinstance(state_idx, numbers.Integral):
-        raise TypeError(f"state_idx must be an int; got {state_idx!r}")
+    if type(state_idx) is not int and (isinstance(state_idx, bool) or not isinstance(state_idx, numbers.Integral)):
+        raise TypeError(f"state_idx must be an int; got {state_idx!r}")  # (one type check on the models' path)
     if state_idx != 0:
         raise ValueError(f"linear-attention layers keep one recurrent state (state_idx 0); got {state_idx}")
 
