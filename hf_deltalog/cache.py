@@ -176,6 +176,11 @@ class _Status:
                        f"forward may have advanced): {message}")
         return ValueError(message)
 
+    def refuse(self, message: str, in_forward: bool) -> ValueError:
+        """The ValueError of a call refused before it changed anything: locking the cache (:meth:`reject`) when a
+        model's forward made it (the layers before the refusing one have advanced), not when other code did."""
+        return self.reject(message) if in_forward else ValueError(message)
+
     def check(self) -> None:
         """Raise ValueError naming the cause if the cache is locked (until ``reset()``)."""
         if self.broken is not None:
@@ -686,7 +691,7 @@ class DeltaLogLayer(LinearAttentionLayer):
         conv window the model stored in the same forward.
 
         Raises:
-            TypeError: not a floating tensor. ValueError: the rest (:meth:`_refuse`).
+            TypeError: not a floating tensor (never locks). ValueError: the rest (:meth:`_refuse`).
         """
         for t in (state, *kept):
             if not isinstance(t, torch.Tensor) or not t.is_floating_point():
@@ -695,14 +700,14 @@ class DeltaLogLayer(LinearAttentionLayer):
         conv = self.conv_states[0]
         if self.has_previous_state[0] and conv is not None and state.dim() == 4 and conv.shape[0] != state.shape[0]:
             # the model stores the conv window first, with the forward's rows: a state of other rows is not its own
-            raise ValueError(f"layer {self.layer_idx} holds {conv.shape[0]} rows but was handed a recurrent state of "
-                             f"{state.shape[0]}; call cache.reset() before a batch of another size")
+            raise self._refuse(f"layer {self.layer_idx} holds {conv.shape[0]} rows but was handed a recurrent state "
+                               f"of {state.shape[0]}; call cache.reset() before a batch of another size")
         expected = (self.num_v_heads, self.k_head_dim, self.v_head_dim)
         if state.dim() != 4 or tuple(state.shape[1:]) != expected:
             raise self._refuse(
                 f"layer {self.layer_idx}: the model produced a recurrent state of shape {tuple(state.shape)}, "
-                f"but this DeltaLogCache was built for [B, HV, K, V] = [B, {', '.join(map(str, expected))}]: it belongs "
-                "to a model with another configuration"
+                f"but this DeltaLogCache was built for [B, HV, K, V] = [B, {', '.join(map(str, expected))}]: it "
+                "belongs to a model with another configuration"
             )
         if self.has_previous_state[0] and conv is not None and conv.device != state.device:
             # a layer's conv window and recurrent state come from one module on one device
@@ -710,16 +715,16 @@ class DeltaLogLayer(LinearAttentionLayer):
                 f"layer {self.layer_idx} holds its conv window on {conv.device} but was handed a recurrent state on "
                 f"{state.device}: the state must be on the device of the layer that produced it")
         if kept and self.record_past and self.recurrent_states_to_keep \
-                and any(tuple(t.shape) != tuple(state.shape) for t in kept):
+                and any(tuple(t.shape) != tuple(state.shape) or t.device != state.device for t in kept):
             raise self._refuse(
                 f"layer {self.layer_idx}: the kept recurrent states have shapes "
-                f"{sorted({tuple(t.shape) for t in kept})}, the last one {tuple(state.shape)}: they must all be alike")
+                f"{sorted({tuple(t.shape) for t in kept})} on {sorted({str(t.device) for t in kept})}, the last one "
+                f"{tuple(state.shape)} on {state.device}: they must all be alike")
 
     def _refuse(self, message: str) -> ValueError:
-        """The ValueError of a store refused before it changed anything. When a model's forward made the call, the
-        layers before this one in that forward have advanced, so the cache is locked until ``reset()``
-        (:meth:`_Status.reject`); a call from user code leaves the cache as it was, and usable."""
-        return self.status.reject(message) if _called_by_a_module() else ValueError(message)
+        """The ValueError of a store refused before it changed anything (:meth:`_Status.refuse`): locking the cache
+        when a model's forward made the call, not from user code (a frame walk, on refusals only)."""
+        return self.status.refuse(message, _called_by_a_module())
 
     def seen_tokens(self) -> int:
         """Tokens this layer consumed (reads the device counter in static mode: not for the decode path)."""
@@ -1865,9 +1870,9 @@ class DeltaLogCache(DynamicCache):
                 DeltaLogState (for the list form of kept states: each of them).
             ValueError: no such layer, not a linear-attention layer, ``state_idx`` other than 0, a state of another
                 shape, or of other rows or on another device than the layer's conv window, kept states of unlike
-                shapes, or another layer's or cache's handle. Everything is checked before anything changes: a
-                refusal inside a model's forward locks the cache until ``reset()`` (the layers before it in that
-                forward have advanced); one from user code leaves it as it was.
+                shapes or devices, or another layer's or cache's handle. Everything is checked before anything
+                changes: such a ValueError inside a model's forward locks the cache until ``reset()`` (the layers
+                before it in that forward have advanced); one from user code, and any TypeError, leaves it as it was.
         """
         return self._require_linear(layer_idx).update_recurrent_state(recurrent_states, state_idx, **kwargs)
 

@@ -309,9 +309,7 @@ class FLADeltaLogLayer(FLALayer):
             ValueError: the rest; it locks the cache until ``reset()`` when ``forward`` (a store by FLA's model code:
                 the layers before this one in that forward have advanced), not for a store by other code.
         """
-        def refuse(message: str) -> ValueError:
-            return self.shared.status.reject(message) if forward else ValueError(message)
-
+        refuse = functools.partial(self.shared.status.refuse, in_forward=forward)
         if not state.is_floating_point():
             raise TypeError(f"layer {self.layer_idx}: a recurrent state must be a floating tensor; got {state.dtype}")
         rows = state.shape[0] if state.dim() == 4 else -1
@@ -327,8 +325,8 @@ class FLADeltaLogLayer(FLALayer):
         conv = conv_state if isinstance(conv_state, (tuple, list)) else (conv_state,)
         elsewhere = sorted({str(t.device) for t in conv if isinstance(t, torch.Tensor) and t.device != state.device})
         if elsewhere:
-            raise refuse(f"layer {self.layer_idx}: a recurrent state on {state.device}, but the layer's conv state is on "
-                         f"{', '.join(elsewhere)}: the state must be on the device of the layer that produced it")
+            raise refuse(f"layer {self.layer_idx}: a recurrent state on {state.device}, but the layer's conv state is "
+                         f"on {', '.join(elsewhere)}: the state must be on the device of the layer that produced it")
 
     def _absorb(self, state: torch.Tensor) -> None:
         """Take the dense final state FLA's kernel returned (FLA's layout, checked by :meth:`check_recurrent_state`):
@@ -356,25 +354,25 @@ class FLADeltaLogLayer(FLALayer):
             ValueError: a dense state this layer cannot take, another layer's or cache's handle, something else than
                 a tensor or handle, or ``offset`` tokens consumed without a recurrent state.
         """
-        refuse = self.shared.status.reject if forward else ValueError  # nothing has changed yet
         if isinstance(recurrent_state, torch.Tensor):
             self.check_recurrent_state(recurrent_state, conv_state, forward)
             self._absorb(recurrent_state)
             recurrent_state = self.handle
         elif isinstance(recurrent_state, FLADeltaLogState):
             if recurrent_state is not self.handle:
-                raise refuse(
-                    f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache")
+                raise self.shared.status.refuse(
+                    f"layer {self.layer_idx} was handed the DeltaLog state of another layer or cache", forward)
         elif recurrent_state is not None:
-            raise refuse(
-                f"layer {self.layer_idx}: a recurrent state must be a tensor; got {type(recurrent_state).__name__}")
+            raise self.shared.status.refuse(
+                f"layer {self.layer_idx}: a recurrent state must be a tensor; got {type(recurrent_state).__name__}",
+                forward)
         elif offset is not None and offset > 0:
             # FLA's layers store their states with use_cache=False too, without a recurrent state: the conv or
             # token-shift window has moved by `offset` tokens that the recurrent state never saw
-            raise refuse(
+            raise self.shared.status.refuse(
                 f"layer {self.layer_idx} consumed {offset} token(s) without storing a recurrent state (a forward with "
                 "use_cache=False and this cache passed?): its conv / token-shift window moved past its state. Pass "
-                "use_cache=True with a cache, or no cache with use_cache=False")
+                "use_cache=True with a cache, or no cache with use_cache=False", forward)
         return super().update(recurrent_state=recurrent_state, attn_state=attn_state, conv_state=conv_state,
                               ffn_state=ffn_state, offset=offset, cache_kwargs=cache_kwargs, **kwargs)
 
@@ -736,7 +734,7 @@ class FLADeltaLogCache(FLACache):
         # drives the cache layer by layer) only stores
         caller = sys._getframe(1)
         forward = caller.f_globals.get("__name__", "").startswith("fla.")
-        refuse = self._shared.status.reject if forward else ValueError  # nothing has changed yet
+        refuse = functools.partial(self._shared.status.refuse, in_forward=forward)  # nothing changed yet
         if not 0 <= layer_idx < len(self._linear):
             raise refuse(
                 f"layer {layer_idx} does not exist: this DeltaLogCache was built for a {self.model_type!r} config with "

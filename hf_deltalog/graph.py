@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -393,7 +395,16 @@ def _refuse_media_placeholders(model, input_ids: torch.Tensor) -> None:
             "DeltaLogCache(model) as the cache)")
 
 
-@torch.no_grad()
+def _caller_stacklevel() -> int:
+    """``stacklevel`` for a warning raised by the function that calls this: the first frame outside this file and
+    torch's ``no_grad`` wrappers (the user's call of ``prefill`` or ``graph_generate``)."""
+    level, frame = 1, sys._getframe(1)
+    wrapper = os.path.join("torch", "utils", "_contextlib.py")
+    while frame is not None and (frame.f_code.co_filename == __file__ or frame.f_code.co_filename.endswith(wrapper)):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _check_left_padding(attention_mask: torch.Tensor) -> None:
     """At prefill (one host read per prompt batch): raise ``ValueError`` unless ``attention_mask`` holds only 0 and 1,
     and warn, as ``generate`` does, when a row ends in padding (decoder-only models need left padding)."""
@@ -403,9 +414,10 @@ def _check_left_padding(attention_mask: torch.Tensor) -> None:
     if bool((attention_mask[:, -1] == 0).any()):
         warnings.warn("a row of attention_mask ends in padding: decoder-only models decode after the last prompt "
                       "position, so pad on the left (tokenizer padding_side='left'), as generate warns too",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=_caller_stacklevel())
 
 
+@torch.no_grad()
 def graph_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, cache,
                    max_new_tokens: int, eos_token_id: int | list[int] | None = "config",
                    pad_token_id: int | None = "config", capture: bool | str = "auto", warmup_steps: int = 2,

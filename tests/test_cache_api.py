@@ -189,8 +189,10 @@ def test_cache_of_another_model_is_rejected():
         forward(qwen, ids, DeltaLogCache(swapped))
     # Same family, other head dims: caught at the prefill's state hand-over.
     other = family_config("qwen3_5", linear_value_head_dim=32)
+    locked = DeltaLogCache(other)
     with pytest.raises(ValueError, match="belongs to a model with another configuration"):
-        forward(tiny_model("qwen3_5"), ids, DeltaLogCache(other))
+        forward(tiny_model("qwen3_5"), ids, locked)
+    assert locked._status.broken is not None  # refused inside a forward: locked (from user code it would not be)
     # Same family, fewer layers.
     short = family_config("qwen3_5", num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
     with pytest.raises(ValueError, match="layer 2 does not exist"):
@@ -3020,7 +3022,8 @@ def test_a_store_refused_from_user_code_changes_nothing_and_does_not_lock():
         (TypeError, "got torch.bool", torch.ones(2, hv, k, v, dtype=torch.bool)),
         (ValueError, "holds its conv window on cpu but was handed a recurrent state on meta",
          torch.empty(2, hv, k, v, device="meta")),
-        (ValueError, r"kept recurrent states have shapes \[\(2, 4, 8, 17\)\], the last one \(2, 4, 8, 16\)",
+        (ValueError, r"kept recurrent states have shapes \[\(2, 4, 8, 17\)\] on \['cpu'\], the last one "
+                     r"\(2, 4, 8, 16\)",
          [torch.zeros(2, hv, k, v + 1), torch.randn(2, hv, k, v)]),
         (TypeError, "got torch.int64", [torch.ones(2, hv, k, v, dtype=torch.int64), torch.randn(2, hv, k, v)]),
     ]
@@ -3052,3 +3055,19 @@ def test_the_recurrent_state_calls_take_an_int_state_idx():
         cache.get_recurrent_state(0, np.int64(1))
     assert cache.get_recurrent_state(0, np.int64(0)) is handle
     assert torch.equal(cache.materialize(0), state) and cache._status.broken is None
+
+
+def test_kept_states_on_another_device_are_refused():
+    """The list form of update_recurrent_state (the states after a forward's last tokens, kept under past recording)
+    checked the kept states' shapes only: a kept state on another device (here: meta) was stored as the history."""
+    model = tiny_model("qwen3_5")
+    cache = DeltaLogCache(model)
+    model.generate(prompt_ids(2, 5), cache=cache, max_new_tokens=2, do_sample=False)
+    cache.activate_past_recording(recurrent_states_to_keep=2)
+    layer = cache.layers[0]
+    state = cache.materialize(0)
+    shape = (2, layer.num_v_heads, layer.k_head_dim, layer.v_head_dim)
+    with pytest.raises(ValueError, match=r"kept recurrent states have shapes \[\(2, 4, 8, 16\)\] on \['meta'\], the "
+                                         r"last one \(2, 4, 8, 16\) on cpu: they must all be alike"):
+        cache.update_recurrent_state([torch.empty(shape, device="meta"), torch.randn(shape)], 0)
+    assert torch.equal(cache.materialize(0), state) and layer._history == [] and cache._status.broken is None

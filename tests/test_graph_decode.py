@@ -867,6 +867,10 @@ def test_prefill_takes_any_integer_ids_refuses_a_mask_that_is_not_0_or_1_and_war
     assert torch.equal(out.sequences, ref)
     right = torch.ones(2, 6, dtype=torch.long)
     right[1, -2:] = 0
-    with pytest.warns(UserWarning, match="ends in padding.*pad on the left"):
+    with pytest.warns(UserWarning, match="ends in padding.*pad on the left") as caught:
         graph_generate(model, ids, right, cache=make_cache("deltalog", model, 8), max_new_tokens=2, capture=False,
                        eos_token_id=None)
+    with pytest.warns(UserWarning, match="ends in padding") as caught_prefill:
+        GraphDecoder(model, make_cache("deltalog", model, 8), capture=False).prefill(ids, right, max_new_tokens=2)
+    assert [w.filename for w in (*caught, *caught_prefill)] == [__file__] * 2  # the warning names the caller's line
+    assert hasattr(graph_generate, "__wrapped__")  # graph_generate keeps its torch.no_grad() decorator

@@ -456,6 +456,20 @@ def test_wrong_state_shape_is_refused():
         DeltaLogCache(tiny_model("rwkv6").config).update(recurrent_state=torch.zeros(1), layer_idx=7)
 
 
+def test_a_store_refused_inside_a_forward_locks_the_cache():
+    """The same refusal inside FLA's forward (a cache built for other value-head sizes): the layers before the refusing
+    one have advanced, so the cache is locked until reset()."""
+    model = tiny_model("gated_deltanet")
+    other = copy.deepcopy(model.config)
+    other.expand_v = 4.0  # V = 32 instead of 16
+    cache = DeltaLogCache(other)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"layout \[N, HV, V, K\] = \[2, 32, 8\]: it belongs to a "):
+        model(prompt_ids(2, 5), past_key_values=cache, use_cache=True)
+    assert cache._shared.status.broken is not None
+    with pytest.raises(ValueError, match="locked by a call it refused"):
+        cache.update(recurrent_state=torch.zeros(2, 2, 16, 8), layer_idx=0)
+
+
 def test_a_store_refused_from_user_code_changes_nothing_and_does_not_lock():
     """``cache.update`` called by code other than FLA's model with a recurrent state the layer cannot take: checked
     before anything changes, and only a refusal inside a forward locks the cache. Before: an int32 or bool state was

@@ -99,7 +99,8 @@ def check_flags(**flags) -> None:
 def check_scale(scale) -> None:
     """Raise ``TypeError`` unless the query scale ``scale`` is None (``K ** -0.5``, FLA's and transformers' default) or
     a real number: a Python or NumPy int or float (``torch.compile``'s symbolic numbers pass); not a bool, a str (which
-    ``float("0.5")`` would have parsed), a complex number or a tensor."""
+    ``float("0.5")`` would have parsed), a complex number or, in eager mode, a tensor (``torch.compile`` hands a NumPy
+    scalar over as a tensor, so there a tensor passes)."""
     if scale is None:
         return
     # torch.compile hands a NumPy scalar over as a tensor: there only the types it keeps as constants are checked
