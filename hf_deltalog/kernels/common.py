@@ -101,7 +101,7 @@ def check_scale(scale) -> None:
     a real number: a Python or NumPy int or float (``torch.compile``'s symbolic numbers pass); not a bool, a str (which
     ``float("0.5")`` would have parsed), a complex number or, in eager mode, a tensor (``torch.compile`` hands a NumPy
     scalar over as a tensor, so there a tensor passes)."""
-    if scale is None:
+    if scale is None or type(scale) is float:  # what the models pass: one type check on the decode path
         return
     # torch.compile hands a NumPy scalar over as a tensor: there only the types it keeps as constants are checked
     if isinstance(scale, (bool, str, bytes, complex)) or not (
