@@ -40,6 +40,10 @@ line per case and writes them all to ``--out``:
   turn: the layers plan the PyTorch backend from the model's new dtype (the Triton kernels take no float64); tokens
   identical to the default cache continued the same way (where that fails on the GPU, the row reports both errors).
 - ``backward_raises`` (transformers' models): a backward through a cached decode step raises ``RuntimeError``.
+- ``refused_store_from_user_code``: after a turn, user code hands layer 0 a copy of its state on another device (the
+  CPU; meta with ``--cpu-smoke``) and an int32 copy (transformers: ``update_recurrent_state``; FLA: ``cache.update``):
+  both refused, the state, the length and the base's device unchanged, the cache not locked; the next turn's tokens
+  equal the default cache's continued over the same two turns.
 - ``manual_step_after_a_stop_between_layers`` (transformers) / ``manual_step_after_a_stop_between_stores`` (FLA; for
   RWKV6 the stop falls between the last block's recurrent store and its FFN's token-shift store): a manual decode
   loop's step stopped part-way; the next two manual steps raise the ``ValueError`` naming ``cache.reset()``, and after
@@ -69,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate_compare import log, select_device  # noqa: E402
 
 M = 3
+ONLY: set[str] = set()  # --cases: run these cases only (all when empty)
 
 
 def _expect(exc_type, match: str, fn):
@@ -84,6 +89,8 @@ def _expect(exc_type, match: str, fn):
 
 def _run_case(rows: list, family: str, name: str, fn) -> None:
     """Run case ``fn`` (returns a dict with ``ok``); a case that raises is a failed row, and the others still run."""
+    if ONLY and name not in ONLY:
+        return
     try:
         row = dict(family=family, case=name, **fn())
     except BaseException as e:  # noqa: BLE001 - reported in the row
@@ -478,6 +485,26 @@ def transformers_cases(family: str, device) -> list[dict]:
         return dict(ok=same and again and step_diff <= 1e-4, identical_turns=same, identical_after_reset=again,
                     manual_step_max_abs_logit_diff=step_diff)
 
+    def refused_store_from_user_code():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        with torch.no_grad():
+            first = model.generate(ids, past_key_values=cache, max_new_tokens=4, do_sample=False)
+            dyn = model.generate(ids, max_new_tokens=4, do_sample=False, return_dict_in_generate=True)
+        state, seen = cache.materialize(0), cache.get_seq_length()
+        elsewhere = "meta" if device.type == "cpu" else "cpu"  # another device than the layer's conv window
+        refusals = [_expect(error, says, lambda bad=bad: cache.update_recurrent_state(bad, 0)) for error, says, bad in (
+            (ValueError, f"but was handed a recurrent state on {elsewhere}", state.to(elsewhere)),
+            (TypeError, "got torch.int32", state.to(torch.int32)))]
+        unchanged = torch.equal(cache.materialize(0), state) and cache.get_seq_length() == seen \
+            and cache.deltalog_layers[0].base.device == state.device and cache._status.broken is None
+        turn2 = torch.cat([first, _ids(2, 2, vocab, device, 16)], 1)
+        with torch.no_grad():
+            got = model.generate(turn2, past_key_values=cache, max_new_tokens=4, **greedy)
+            ref = model.generate(turn2, past_key_values=dyn.past_key_values, max_new_tokens=4, **greedy)
+        same = torch.equal(first, dyn.sequences) and torch.equal(got.sequences, ref.sequences)
+        return dict(ok=all(r is None for r in refusals) and unchanged and same, refusals=refusals,
+                    unchanged=unchanged, identical=same, max_abs_logit_diff=_max_dlogit(got, ref))
+
     case("multi_turn", multi_turn)
     case("new_only_turns", new_only_turns)
     case("inference_mode_turns", inference_mode_turns)
@@ -495,6 +522,7 @@ def transformers_cases(family: str, device) -> list[dict]:
         case("compiled_forward", compiled_forward)
         case("dtype_switch", dtype_switch)
     case("backward_raises", backward_raises)
+    case("refused_store_from_user_code", refused_store_from_user_code)
     return rows
 
 
@@ -647,6 +675,29 @@ def fla_cases(family: str, device) -> list[dict]:
         same = torch.equal(ours(right, cache, 2, do_sample=False), reference(right, 2, do_sample=False))
         return dict(ok=refused is None and same, refusal=refused, identical_turn3=same)
 
+    def refused_store_from_user_code():
+        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
+        first = ours(ids, cache, 4, do_sample=False)
+        fla_cache = Cache()
+        with torch.no_grad(), fla_generate_handover(model, fla_cache):
+            ref1 = model.generate(ids, past_key_values=fla_cache, max_new_tokens=4, do_sample=False)
+        state, held = cache.materialize(0), cache.get_seq_length()
+        elsewhere = "meta" if device.type == "cpu" else "cpu"  # another device than the layer's conv state
+        refusals = [_expect(error, says, lambda bad=bad: cache.update(recurrent_state=bad, layer_idx=0))
+                    for error, says, bad in (
+                        (ValueError, f"a recurrent state on {elsewhere}, but the layer's conv state is on",
+                         state.to(elsewhere)),
+                        (TypeError, "got torch.int32", state.to(torch.int32)))]
+        unchanged = torch.equal(cache.materialize(0), state) and cache.get_seq_length() == held \
+            and cache.deltalog_layers[0].base.device == state.device and cache._shared.status.broken is None
+        turn2 = torch.cat([first, _ids(2, 2, vocab, device, 17)], 1)
+        got = ours(turn2, cache, 4, **greedy)
+        with torch.no_grad(), fla_generate_handover(model, fla_cache):
+            ref = model.generate(turn2, past_key_values=fla_cache, max_new_tokens=4, **greedy)
+        same = torch.equal(first, ref1) and torch.equal(got.sequences, ref.sequences)
+        return dict(ok=all(r is None for r in refusals) and unchanged and same, refusals=refusals,
+                    unchanged=unchanged, identical=same, max_abs_logit_diff=_max_dlogit(got, ref))
+
     case("multi_turn", multi_turn)
     case("new_only_turns", new_only_turns)
     case("interrupted_prefill", interrupted_prefill)
@@ -659,6 +710,7 @@ def fla_cases(family: str, device) -> list[dict]:
     case("manual_step_after_a_stop_between_stores", lambda: _manual_stop_row(
         model, lambda: DeltaLogCache(model, backend="triton", merge_interval=M),
         last.ffn if family == "rwkv6" else last, ids, _ids(2, 1, vocab, device, 10), "past_key_values"))
+    case("refused_store_from_user_code", refused_store_from_user_code)
     return rows
 
 
@@ -670,7 +722,9 @@ def main(argv=None) -> list[dict]:
                    help="run on the CPU, our Triton kernels under the interpreter (sets TRITON_INTERPRET=1)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--autotune", action="store_true", help="keep every autotuner's configs on the GPU")
+    p.add_argument("--cases", nargs="+", default=[], help="run only these cases (their names as in the rows)")
     a = p.parse_args(argv)
+    ONLY.update(a.cases)
     fla_families = [f for f in a.families if f.startswith("fla_")]
     if a.cpu_smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (hf_deltalog imports it)

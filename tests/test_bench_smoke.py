@@ -172,9 +172,12 @@ def test_gpu_guard_check_cpu_smoke():
                                          "stopped_decode_step", "stopped_between_steps", "threads", "positional_generation_config",
                                          "manual_step_after_a_stop_between_layers", "static_stop_between_layers",
                                          "past_recording_static", "compiled_forward", "dtype_switch",
-                                         "backward_raises"]
+                                         "backward_raises", "refused_store_from_user_code"]
     assert all(r["ok"] for r in rows), rows
     assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
+    assert rows[-1]["refusals"] == [None, None] and rows[-1]["unchanged"] and rows[-1]["identical"]
+    # --cases: only the named cases run
+    assert [r["case"] for r in check.main(["--cpu-smoke", "--families", "qwen3_5", "--cases", "threads"])] == ["threads"]
 
 
 def test_generate_check_runs_syntax():

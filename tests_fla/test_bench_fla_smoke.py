@@ -69,6 +69,8 @@ def test_gpu_guard_check_fla_cpu_smoke():
     rows = check.main(["--cpu-smoke", "--families", "fla_rwkv6"])
     assert [r["case"] for r in rows] == ["multi_turn", "new_only_turns", "interrupted_prefill", "stopped_decode_step",
                                          "stopped_between_steps", "threads", "inference_mode_then_plain",
-                                         "legacy_snapshot", "manual_step_after_a_stop_between_stores"]
+                                         "legacy_snapshot", "manual_step_after_a_stop_between_stores",
+                                         "refused_store_from_user_code"]
     assert all(r["ok"] for r in rows), rows
     assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
+    assert rows[-1]["refusals"] == [None, None] and rows[-1]["unchanged"] and rows[-1]["identical"]
