@@ -561,12 +561,17 @@ def fla_cases(family: str, device) -> list[dict]:
         cache.reset()
         return torch.equal(ours(ids, cache, 3, do_sample=False), reference(ids, 3, do_sample=False))
 
-    def multi_turn():
+    def first_turn(n):
+        """A first turn of n tokens with a DeltaLogCache and with FLA's cache: (cache, tokens, FLA's cache, tokens)."""
         cache = DeltaLogCache(model, backend="triton", merge_interval=M)
-        first = ours(ids, cache, 5, do_sample=False)
+        first = ours(ids, cache, n, do_sample=False)
         fla_cache = Cache()
         with torch.no_grad(), fla_generate_handover(model, fla_cache):
-            ref1 = model.generate(ids, past_key_values=fla_cache, max_new_tokens=5, do_sample=False)
+            ref1 = model.generate(ids, past_key_values=fla_cache, max_new_tokens=n, do_sample=False)
+        return cache, first, fla_cache, ref1
+
+    def multi_turn():
+        cache, first, fla_cache, ref1 = first_turn(5)
         backends = sorted({layer.backend for layer in cache.deltalog_layers})
         assert "conv_state" in cache[0] or family == "rwkv6"
         turn2 = torch.cat([first, _ids(2, 2, vocab, device, 9)], 1)
@@ -676,11 +681,7 @@ def fla_cases(family: str, device) -> list[dict]:
         return dict(ok=refused is None and same, refusal=refused, identical_turn3=same)
 
     def refused_store_from_user_code():
-        cache = DeltaLogCache(model, backend="triton", merge_interval=M)
-        first = ours(ids, cache, 4, do_sample=False)
-        fla_cache = Cache()
-        with torch.no_grad(), fla_generate_handover(model, fla_cache):
-            ref1 = model.generate(ids, past_key_values=fla_cache, max_new_tokens=4, do_sample=False)
+        cache, first, fla_cache, ref1 = first_turn(4)
         state, held = cache.materialize(0), cache.get_seq_length()
         elsewhere = "meta" if device.type == "cpu" else "cpu"  # another device than the layer's conv state
         refusals = [_expect(error, says, lambda bad=bad: cache.update(recurrent_state=bad, layer_idx=0))

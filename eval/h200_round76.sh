@@ -13,7 +13,8 @@
 #   OUT=/path bash eval/h200_round76.sh     # results: $OUT/round76.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}
-R=/tmp/round76; rm -rf $R; mkdir -p $R
+N=${ROUND:-76}  # round 79 ran these same checks on a later tree (eval/h200_round79.sh)
+R=/tmp/round$N; rm -rf $R; mkdir -p $R
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 OMP_NUM_THREADS=4
 nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.csv 2>&1
 git rev-parse HEAD > $R/commit.txt 2>&1
@@ -33,4 +34,4 @@ echo "--- ops"; cat $R/op_check.log | cut -c1-200; tail -4 $R/compile.log | cut 
 echo "--- guard"; grep -E '"ok": false' $R/guard.log | cut -c1-600; tail -2 $R/guard.log | cut -c1-300
 for f in generate fla; do echo "--- $f"; grep -E "^\{|Error" $R/$f.log | cut -c1-420; tail -2 $R/$f.log | cut -c1-300; done
 cat $R/versions.txt
-tar -czf "$OUT/round76.tar.gz" -C $R .
+tar -czf "$OUT/round$N.tar.gz" -C $R .
