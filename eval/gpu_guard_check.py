@@ -748,6 +748,9 @@ def main(argv=None) -> list[dict]:
         log(f"{family} ...")
         rows += fla_cases(family.removeprefix("fla_"), device) if family.startswith("fla_") else \
             transformers_cases(family, device)
+    unknown = sorted(ONLY - {r["case"] for r in rows})
+    if unknown:  # a misspelt name would otherwise run nothing and pass
+        p.error(f"--cases: no case {unknown} for the families {a.families}")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(rows, indent=1))

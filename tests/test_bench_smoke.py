@@ -176,8 +176,11 @@ def test_gpu_guard_check_cpu_smoke():
     assert all(r["ok"] for r in rows), rows
     assert rows[0]["backends"] == ["triton"] and rows[0]["max_abs_logit_diff"] <= 1e-5
     assert rows[-1]["refusals"] == [None, None] and rows[-1]["unchanged"] and rows[-1]["identical"]
-    # --cases: only the named cases run
+    # --cases: only the named cases run; a name that matches no case is an error, not an empty pass
     assert [r["case"] for r in check.main(["--cpu-smoke", "--families", "qwen3_5", "--cases", "threads"])] == ["threads"]
+    check.ONLY.clear()
+    with pytest.raises(SystemExit):
+        check.main(["--cpu-smoke", "--families", "qwen3_5", "--cases", "thread"])
 
 
 def test_generate_check_runs_syntax():
