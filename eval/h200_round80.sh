@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200, at most ~400 s. Merge intervals that are not powers of two, at the target batch of the kernel issues
-# (B = 128) and at B = 512: the log tiles are padded to the next power of two (BC), so M = 5–7 (C = 4–6) keep the M = 8
-# tiles with fewer live slots and merges amortised over fewer steps, and GDN's M = 9 (C = 8) fills the M = 8 tile
+# (B = 128) and at B = 512: the log tiles are padded to the next power of two (BC), so M = 6–7 (C = 5–6) keep the M = 8
+# tiles with fewer live slots, M = 5 (C = 4) fills the M = 4 tiles, merges are amortised over fewer steps, and GDN's M = 9 (C = 8) fills the M = 8 tile
 # exactly with one merge per 9 steps. Cycle-timed like every table (eval/bench_gdn_decode.py --tune --tune-only '{}',
 # V-first, aligned phases), two passes of opposite M order in one process each; then the main run at M = 8 for FLA's
 # fused_recurrent kernels in the same session (the ratios). Wheels: .whl (FLA), as eval/h200_round76.sh.
