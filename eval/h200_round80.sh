@@ -4,7 +4,7 @@
 # tiles with fewer live slots, M = 5 (C = 4) fills the M = 4 tiles, merges are amortised over fewer steps, and GDN's M = 9 (C = 8) fills the M = 8 tile
 # exactly with one merge per 9 steps. Cycle-timed like every table (eval/bench_gdn_decode.py --tune --tune-only '{}',
 # V-first, aligned phases), two passes of opposite M order in one process each; then the main run at M = 8 for FLA's
-# fused_recurrent kernels in the same session (the ratios). Wheels: .whl (FLA), as eval/h200_round76.sh.
+# fused_recurrent kernels in the same call (the ratios). Wheels: .whl (FLA), as eval/h200_round76.sh.
 #   OUT=/path bash eval/h200_round80.sh     # results: $OUT/round80.tar.gz
 set -u
 OUT=${OUT:-/tmp/out}
